@@ -1,0 +1,109 @@
+//! kubeadm bootstrap details: node registration, the login user and the
+//! first-boot commands that install the GPU kernel driver.
+//!
+//! Every value that reaches a shell here is validated by `spec` first and
+//! single-quoted here as well, so a value can never become shell syntax.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::spec::{Gpu, MetalCluster};
+
+/// Where the installer is stored on the node; root-only.
+pub const INSTALLER_DIR: &str = "/var/lib/metalplane";
+pub const INSTALLER_PATH: &str = "/var/lib/metalplane/nvidia-installer.run";
+
+/// Metal3 renders these at provisioning time; CAPM3 matches Node to Machine
+/// through the uuid label.
+pub const NODE_NAME: &str = "{{ ds.meta_data.name }}";
+pub const UUID_LABEL: &str = "metal3.io/uuid={{ ds.meta_data.uuid }}";
+
+/// kubeadm limits: one kubeletExtraArgs value and one command.
+pub const MAX_ARG_VALUE: usize = 1024;
+pub const MAX_COMMAND: usize = 10240;
+
+/// The single `node-labels` kubelet argument: the Metal3 uuid label first,
+/// then the spec's labels in key order, comma-joined (kubeletExtraArgs
+/// names must be unique).
+pub fn node_labels_arg(labels: &BTreeMap<String, String>) -> String {
+    let mut out = String::from(UUID_LABEL);
+    for (k, v) in labels {
+        out.push(',');
+        out.push_str(k);
+        out.push('=');
+        out.push_str(v);
+    }
+    out
+}
+
+pub fn node_registration(mc: &MetalCluster) -> Value {
+    json!({
+        "name": NODE_NAME,
+        // A single node runs workloads: drop the control-plane taint.
+        "taints": [],
+        "kubeletExtraArgs": [{
+            "name": "node-labels",
+            "value": node_labels_arg(&mc.spec.kubernetes.node_labels),
+        }],
+    })
+}
+
+/// A sudo user with the spec's keys; none when no key is given, since a
+/// user nobody can log in as is no access at all.
+pub fn users(mc: &MetalCluster) -> Option<Value> {
+    let access = mc.spec.access.as_ref()?;
+    if access.ssh_authorized_keys.is_empty() {
+        return None;
+    }
+    Some(json!([{
+        "name": access.username,
+        "sshAuthorizedKeys": access.ssh_authorized_keys,
+        "sudo": "ALL=(ALL) NOPASSWD:ALL",
+        "shell": "/bin/bash",
+    }]))
+}
+
+/// Single-quotes a value for sh. Validation already refused NUL and every
+/// metacharacter; quoting is the second line of defence.
+pub fn sh_quote(s: &str) -> String {
+    shlex::try_quote(s)
+        .map(Cow::into_owned)
+        .unwrap_or_else(|_| "''".to_string())
+}
+
+pub fn gpu_commands(gpu: &Gpu) -> Vec<String> {
+    let installer = sh_quote(INSTALLER_PATH);
+    let mut cmds = vec![
+        "systemctl enable --now containerd".to_string(),
+        "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > /etc/modprobe.d/blacklist-nouveau.conf"
+            .to_string(),
+        "modprobe -r nouveau || true".to_string(),
+        // Headers and a compiler for the running kernel, on Debian/Ubuntu
+        // or Fedora/RHEL images.
+        "if command -v apt-get >/dev/null 2>&1; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \"linux-headers-$(uname -r)\" gcc make; else dnf install -y \"kernel-devel-$(uname -r)\" gcc make; fi"
+            .to_string(),
+        format!(
+            "install -d -m 0700 {dir} && curl -fsSL --retry 5 --retry-delay 5 -o {installer} {url}",
+            dir = sh_quote(INSTALLER_DIR),
+            url = sh_quote(&gpu.driver_installer_url),
+        ),
+    ];
+    if let Some(sum) = &gpu.driver_installer_checksum {
+        // A mismatch removes the file and stops the boot script, so an
+        // unverified installer never runs.
+        cmds.push(format!(
+            "echo {line} | sha256sum -c - || {{ rm -f {installer}; echo 'metalplane: GPU driver installer sha256 mismatch' >&2; exit 1; }}",
+            line = sh_quote(&format!("{sum}  {INSTALLER_PATH}")),
+        ));
+    }
+    cmds.push(format!("sh {installer} --silent"));
+    cmds.push("modprobe nvidia".to_string());
+    cmds
+}
+
+pub fn pre_kubeadm_commands(mc: &MetalCluster) -> Option<Value> {
+    let gpu = mc.spec.gpu.as_ref()?;
+    Some(json!(gpu_commands(gpu)))
+}

@@ -1,0 +1,67 @@
+//! Cluster API core and the kubeadm control plane.
+
+use serde_json::{Value, json};
+
+use super::{bootstrap, metal3, object, with_spec};
+use crate::names::Names;
+use crate::spec::MetalCluster;
+
+pub const CLUSTER_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
+pub const KCP_API_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta2";
+pub const KCP_API_GROUP: &str = "controlplane.cluster.x-k8s.io";
+
+pub fn cluster(mc: &MetalCluster, names: &Names) -> Value {
+    let n = &mc.spec.network;
+    with_spec(
+        object(mc, CLUSTER_API_VERSION, "Cluster", &names.cluster),
+        json!({
+            "clusterNetwork": {
+                "pods": {"cidrBlocks": [n.pod_cidr.to_string()]},
+                "services": {"cidrBlocks": [n.service_cidr.to_string()]},
+                "serviceDomain": "cluster.local",
+            },
+            "controlPlaneRef": {
+                "apiGroup": KCP_API_GROUP,
+                "kind": "KubeadmControlPlane",
+                "name": names.cluster,
+            },
+            "infrastructureRef": {
+                "apiGroup": metal3::API_GROUP,
+                "kind": "Metal3Cluster",
+                "name": names.cluster,
+            },
+        }),
+    )
+}
+
+pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names) -> Value {
+    let node_registration = bootstrap::node_registration(mc);
+    let mut config = json!({
+        "initConfiguration": {"nodeRegistration": node_registration},
+        "joinConfiguration": {
+            "controlPlane": {},
+            "nodeRegistration": node_registration,
+        },
+    });
+    if let Value::Object(m) = &mut config {
+        if let Some(users) = bootstrap::users(mc) {
+            m.insert("users".into(), users);
+        }
+        if let Some(cmds) = bootstrap::pre_kubeadm_commands(mc) {
+            m.insert("preKubeadmCommands".into(), cmds);
+        }
+    }
+    with_spec(
+        object(mc, KCP_API_VERSION, "KubeadmControlPlane", &names.cluster),
+        json!({
+            "replicas": 1,
+            "version": mc.spec.kubernetes.version,
+            "machineTemplate": {"spec": {"infrastructureRef": {
+                "apiGroup": metal3::API_GROUP,
+                "kind": "Metal3MachineTemplate",
+                "name": names.machine_template,
+            }}},
+            "kubeadmConfigSpec": config,
+        }),
+    )
+}

@@ -1,0 +1,211 @@
+//! The composition path: one RunFunctionRequest in, one response out.
+//! Pure: no I/O, so the gRPC server, the offline renderer and the
+//! benchmarks all run exactly this.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use function_sdk_rust::proto::v1::{Ready, Resource, RunFunctionRequest, RunFunctionResponse};
+use function_sdk_rust::request;
+use function_sdk_rust::resource::{json_to_struct, struct_to_json};
+use function_sdk_rust::response::{self, ResourceMatch};
+use serde_json::Value;
+
+use crate::builders::{capi, cni, ipam, metal3};
+use crate::names::Names;
+use crate::spec::{self, MetalCluster};
+use crate::status::{self, Phase, Pool};
+
+/// Requirement name of the pool's BareMetalHosts.
+pub const HOSTS_REQUIREMENT: &str = "hosts";
+pub const BMH_API_VERSION: &str = "metal3.io/v1alpha1";
+pub const BMH_KIND: &str = "BareMetalHost";
+
+/// Requeue quickly while provisioning so progress shows; slowly once Ready.
+pub const TTL_PROGRESSING: Duration = Duration::from_secs(30);
+pub const TTL_READY: Duration = Duration::from_secs(60);
+
+/// Condition type that reports whether a host has been claimed.
+pub const HOST_CLAIMED: &str = "HostClaimed";
+pub const NO_AVAILABLE_HOST: &str = "NoAvailableHost";
+
+/// Composition resource names of the CNI family, composed only once the
+/// workload API server exists.
+pub const CNI_RESOURCES: [&str; 3] = ["helm-providerconfig", "cilium", "cilium-needs-cluster"];
+
+/// The composed graph in a stable order: (composition resource name, manifest).
+pub fn graph(mc: &MetalCluster, names: &Names, with_cni: bool) -> Vec<(&'static str, Value)> {
+    let mut out = vec![
+        ("ippool", ipam::ippool(mc, names)),
+        ("cluster", capi::cluster(mc, names)),
+        ("metal3cluster", metal3::metal3_cluster(mc, names)),
+        ("metal3machinetemplate", metal3::machine_template(mc, names)),
+        ("metal3datatemplate", metal3::data_template(mc, names)),
+        (
+            "kubeadmcontrolplane",
+            capi::kubeadm_control_plane(mc, names),
+        ),
+    ];
+    if with_cni {
+        out.push(("helm-providerconfig", cni::helm_provider_config(mc, names)));
+        out.push(("cilium", cni::cilium_release(mc, names)));
+        out.push(("cilium-needs-cluster", cni::cilium_usage(mc, names)));
+    }
+    out
+}
+
+/// Observed composed resources as JSON, by composition resource name.
+pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
+    req.observed
+        .as_ref()
+        .map(|o| {
+            o.resources
+                .iter()
+                .filter_map(|(k, r)| r.resource.as_ref().map(|s| (k.clone(), struct_to_json(s))))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The CNI objects need the workload kubeconfig, which exists only once the
+/// cluster is available. Once composed they stay, so a passing blip in the
+/// Cluster's conditions never uninstalls Cilium.
+pub fn cni_wanted(observed: &BTreeMap<String, Value>) -> bool {
+    status::is_ready("cluster", observed.get("cluster"))
+        || CNI_RESOURCES.iter().any(|n| observed.contains_key(*n))
+}
+
+fn fatal_message(xr: &Value, errors: &[spec::FieldError]) -> String {
+    let ns = xr
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or(spec::DEFAULT_NAMESPACE);
+    let name = xr
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>");
+    let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    format!(
+        "invalid MetalCluster {ns}/{name}: {}; nothing was changed, fix the spec and apply it again",
+        list.join("; ")
+    )
+}
+
+fn observed_condition_reason(xr: &Value, typ: &str) -> Option<String> {
+    xr.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(typ))
+        .and_then(|c| c.get("reason").and_then(Value::as_str))
+        .map(String::from)
+}
+
+/// Runs the composition for one request.
+pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
+    let Some(xr) = request::observed_composite(req).and_then(|r| r.resource.as_ref()) else {
+        let mut rsp = response::to(req, TTL_PROGRESSING);
+        response::fatal(
+            &mut rsp,
+            "the request has no observed composite resource (MetalCluster)",
+        );
+        return rsp;
+    };
+    let xr = struct_to_json(xr);
+
+    let mc = match spec::parse(&xr) {
+        Ok(mc) => mc,
+        Err(errors) => {
+            let mut rsp = response::to(req, TTL_PROGRESSING);
+            response::fatal(&mut rsp, fatal_message(&xr, &errors));
+            return rsp;
+        }
+    };
+    let names = Names::new(&mc.name);
+    let observed = observed_resources(req);
+
+    let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
+    let pool = status::pool_state(hosts.as_deref(), &names);
+    let phase = status::phase(&observed, pool);
+    let ttl = if phase == Phase::Ready {
+        TTL_READY
+    } else {
+        TTL_PROGRESSING
+    };
+    let mut rsp = response::to(req, ttl);
+
+    // BareMetalHosts are inventory: read, never composed.
+    response::require_resources(
+        &mut rsp,
+        HOSTS_REQUIREMENT,
+        BMH_API_VERSION,
+        BMH_KIND,
+        Some(ResourceMatch::Labels(status::pool_selector(&mc))),
+        Some(mc.namespace.clone()),
+    );
+
+    for (name, manifest) in graph(&mc, &names, cni_wanted(&observed)) {
+        let Value::Object(map) = manifest else {
+            continue;
+        };
+        let ready = if status::is_ready(name, observed.get(name)) {
+            Ready::True
+        } else {
+            Ready::False
+        };
+        let desired: &mut Resource = response::desired_composed(&mut rsp, name);
+        desired.resource = Some(json_to_struct(&map));
+        function_sdk_rust::resource::set_ready(desired, ready);
+    }
+
+    let xr_status = status::xr_status(&mc, &names, &observed, pool);
+    let composite = response::desired_composite(&mut rsp);
+    // A map-shaped status always serializes; the error arm is unreachable.
+    let _ = function_sdk_rust::resource::update_status(composite, &xr_status);
+
+    host_condition(&mut rsp, &xr, &mc, pool);
+
+    if let Some(gpu) = &mc.spec.gpu
+        && gpu.driver_installer_checksum.is_none()
+    {
+        let r = response::warning(
+            &mut rsp,
+            "spec.gpu.driverInstallerChecksum is not set: the GPU driver installer will run without verification; set its sha256",
+        );
+        r.reason = Some("UnverifiedDriverInstaller".into());
+    }
+    rsp
+}
+
+fn host_condition(rsp: &mut RunFunctionResponse, xr: &Value, mc: &MetalCluster, pool: Pool<'_>) {
+    match pool {
+        Pool::Unknown => {}
+        Pool::Claimed(h) => {
+            let host = h
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            response::condition_true(rsp, HOST_CLAIMED, "Claimed").message =
+                Some(format!("BareMetalHost {host} is claimed"));
+        }
+        Pool::Unclaimed { claimable: 0 } => {
+            let msg = format!("no available host in pool {}", mc.spec.host.pool);
+            // Say it once: only on the transition into this state.
+            if observed_condition_reason(xr, HOST_CLAIMED).as_deref() != Some(NO_AVAILABLE_HOST) {
+                response::warning(rsp, msg.clone()).reason = Some(NO_AVAILABLE_HOST.into());
+            }
+            response::condition_false(rsp, HOST_CLAIMED, NO_AVAILABLE_HOST).message =
+                Some(format!(
+                    "{msg}: label an available BareMetalHost in namespace {} with {}={}",
+                    mc.namespace,
+                    crate::builders::POOL_LABEL,
+                    mc.spec.host.pool
+                ));
+        }
+        Pool::Unclaimed { claimable } => {
+            response::condition_false(rsp, HOST_CLAIMED, "Waiting").message = Some(format!(
+                "{claimable} available host(s) in pool {}; waiting for CAPM3 to claim one",
+                mc.spec.host.pool
+            ));
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! MetalPlane: a Crossplane composition function that turns one
+//! `MetalCluster` into the Metal3 + Cluster API graph of a GPU node.
+
+pub mod builders;
+pub mod compose;
+pub mod function;
+pub mod names;
+pub mod render;
+pub mod spec;
+pub mod status;
+pub mod validate;
+
+/// The built-in example, rendered when `render` gets no file.
+pub const EXAMPLE_XR: &str = include_str!("../../examples/metalcluster/r730.yaml");

@@ -1,0 +1,59 @@
+//! Object names derived from the MetalCluster name. They are the original
+//! configuration's names, so clusters it created are adopted unchanged.
+
+/// Names of every object composed for one MetalCluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    pub ippool: String,
+    pub node_prefix: String,
+    pub cluster: String,
+    pub machine_template: String,
+    pub data_template: String,
+    pub kubeconfig_secret: String,
+    pub helm_provider_config: String,
+    pub cilium_release: String,
+    pub cilium_usage: String,
+}
+
+impl Names {
+    pub fn new(xr: &str) -> Self {
+        let cluster = format!("{xr}-cluster");
+        Self {
+            ippool: format!("{xr}-pool"),
+            node_prefix: format!("{xr}-node"),
+            machine_template: format!("{cluster}-controlplane"),
+            data_template: format!("{cluster}-controlplane-template"),
+            // CAPI writes the admin kubeconfig to <cluster>-kubeconfig.
+            kubeconfig_secret: format!("{cluster}-kubeconfig"),
+            helm_provider_config: cluster.clone(),
+            cilium_release: format!("{cluster}-cilium"),
+            cilium_usage: format!("{cluster}-cilium-needs-cluster"),
+            cluster,
+        }
+    }
+
+    pub fn all(&self) -> [&str; 9] {
+        [
+            &self.ippool,
+            &self.node_prefix,
+            &self.cluster,
+            &self.machine_template,
+            &self.data_template,
+            &self.kubeconfig_secret,
+            &self.helm_provider_config,
+            &self.cilium_release,
+            &self.cilium_usage,
+        ]
+    }
+}
+
+/// The longest name derived from `xr`, for the 63-character check.
+pub fn longest_derived(xr: &str) -> String {
+    let names = Names::new(xr);
+    names
+        .all()
+        .iter()
+        .max_by_key(|n| n.len())
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,457 @@
+//! Field validators. Each returns a reason the user can act on; the caller
+//! attaches the field path and value.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use ipnet::Ipv4Net;
+use serde_json::Value;
+
+use crate::names;
+use crate::spec::{FieldError, Network, show};
+
+type Check = Result<(), String>;
+
+fn is_alnum(c: char) -> bool {
+    c.is_ascii_alphanumeric()
+}
+
+/// The XR name prefixes every composed object, so it must leave room for
+/// the longest derived name within the 63-character label limit.
+pub fn xr_name(n: &str) -> Check {
+    dns_label(n)?;
+    let longest = names::longest_derived(n);
+    if longest.len() > 63 {
+        return Err(format!(
+            "derives object name {longest:?} ({} characters) but Kubernetes names must be at most 63: \
+             use a name of at most {} characters",
+            longest.len(),
+            63 - (longest.len() - n.len())
+        ));
+    }
+    Ok(())
+}
+
+/// RFC 1123 label: lower-case alphanumerics and '-', starting and ending
+/// alphanumeric, at most 63 characters.
+pub fn dns_label(n: &str) -> Check {
+    let ok = !n.is_empty()
+        && n.len() <= 63
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && n.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a DNS label: at most 63 lower-case letters, digits or '-', starting and ending with a letter or digit".into())
+    }
+}
+
+/// Kubernetes label value: empty, or at most 63 of [A-Za-z0-9._-] starting
+/// and ending alphanumeric.
+pub fn label_value(v: &str) -> Check {
+    if v.is_empty() {
+        return Ok(());
+    }
+    let ok = v.len() <= 63
+        && v.chars()
+            .all(|c| is_alnum(c) || matches!(c, '-' | '_' | '.'))
+        && v.starts_with(is_alnum)
+        && v.ends_with(is_alnum);
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a valid label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit".into())
+    }
+}
+
+fn dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| dns_label(l).is_ok())
+}
+
+/// A label key: optional DNS-subdomain prefix and '/', then a name part.
+pub fn label_key(k: &str) -> Check {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    if let Some(p) = prefix
+        && !dns_subdomain(p)
+    {
+        return Err(format!(
+            "has prefix {p:?}, which must be a DNS subdomain (lower-case, at most 253 characters)"
+        ));
+    }
+    if name.is_empty() || label_value(name).is_err() {
+        return Err("must be a qualified name: an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit".into());
+    }
+    Ok(())
+}
+
+/// The kubelet refuses to register a node that sets labels in the
+/// kubernetes.io / k8s.io namespaces other than these (NodeRestriction).
+const KUBELET_ALLOWED: &[&str] = &[
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// A label key the kubelet accepts in `--node-labels`.
+pub fn node_label_key(k: &str) -> Check {
+    label_key(k)?;
+    let Some((prefix, _)) = k.rsplit_once('/') else {
+        return Ok(());
+    };
+    let reserved = ["kubernetes.io", "k8s.io"]
+        .iter()
+        .any(|ns| prefix == *ns || prefix.ends_with(&format!(".{ns}")));
+    let allowed_ns = ["kubelet.kubernetes.io", "node.kubernetes.io"]
+        .iter()
+        .any(|ns| prefix == *ns || prefix.ends_with(&format!(".{ns}")));
+    if reserved && !allowed_ns && !KUBELET_ALLOWED.contains(&k) {
+        return Err(format!(
+            "is in the reserved {prefix:?} namespace, which the kubelet may not set (node-role labels must be applied after the node joins)"
+        ));
+    }
+    if k == "metal3.io/uuid" {
+        return Err("is set by MetalPlane itself to match the node to its Machine".into());
+    }
+    Ok(())
+}
+
+/// A Linux network interface name as Metal3 accepts it.
+pub fn interface_name(n: &str) -> Check {
+    let ok = n.len() <= 15
+        && n.starts_with(|c: char| c.is_ascii_alphabetic())
+        && n.chars()
+            .all(|c| is_alnum(c) || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err("must be an interface name: at most 15 letters, digits, '.', '_' or '-', starting with a letter (e.g. eno1)".into())
+    }
+}
+
+fn numeric_triplet(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.chars().all(|c| c.is_ascii_digit())
+                && (p.len() == 1 || !p.starts_with('0'))
+        })
+}
+
+/// Kubernetes release: `vX.Y.Z`.
+pub fn kubernetes_version(v: &str) -> Check {
+    match v.strip_prefix('v') {
+        Some(rest) if numeric_triplet(rest) => Ok(()),
+        _ => Err("must be a Kubernetes version vX.Y.Z (e.g. v1.34.1)".into()),
+    }
+}
+
+/// A Helm chart version: `X.Y.Z` with an optional pre-release suffix.
+pub fn chart_version(v: &str) -> Check {
+    let core = v.strip_prefix('v').unwrap_or(v);
+    let (core, pre) = match core.split_once('-') {
+        Some((c, p)) => (c, Some(p)),
+        None => (core, None),
+    };
+    let pre_ok =
+        pre.is_none_or(|p| !p.is_empty() && p.chars().all(|c| is_alnum(c) || c == '.' || c == '-'));
+    if numeric_triplet(core) && pre_ok {
+        Ok(())
+    } else {
+        Err("must be a chart version X.Y.Z (e.g. 1.18.4)".into())
+    }
+}
+
+pub fn ipv4(raw: &str) -> Result<Ipv4Addr, String> {
+    match raw.parse::<IpAddr>() {
+        Ok(IpAddr::V4(a)) => Ok(a),
+        Ok(IpAddr::V6(_)) => {
+            Err("is an IPv6 address; MetalPlane node networks are IPv4 for now".into())
+        }
+        Err(_) => Err("must be an IPv4 address (e.g. 192.168.120.70)".into()),
+    }
+}
+
+pub fn ipv4_cidr(raw: &str) -> Result<Ipv4Net, String> {
+    let net: Ipv4Net = raw
+        .parse()
+        .map_err(|_| "must be an IPv4 CIDR (e.g. 10.244.0.0/16)".to_string())?;
+    if net.trunc() != net {
+        return Err(format!("has host bits set: did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
+
+fn err(path: &str, value: impl Into<Value>, reason: String) -> FieldError {
+    FieldError {
+        path: path.into(),
+        value: Some(show(&value.into())),
+        reason,
+    }
+}
+
+fn unusable(a: Ipv4Addr) -> Option<&'static str> {
+    if a.is_unspecified() {
+        Some("is the unspecified address")
+    } else if a.is_loopback() {
+        Some("is a loopback address")
+    } else if a.is_multicast() {
+        Some("is a multicast address")
+    } else if a.is_broadcast() {
+        Some("is the broadcast address")
+    } else {
+        None
+    }
+}
+
+/// Cross-field rules of the node network.
+pub fn network(n: &Network) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let subnet = n.node_subnet();
+    let is_edge =
+        |a: Ipv4Addr| n.prefix <= 30 && (a == subnet.network() || a == subnet.broadcast());
+
+    if let Some(why) = unusable(n.node_ip) {
+        out.push(err(
+            "spec.network.nodeIP",
+            n.node_ip.to_string(),
+            why.into(),
+        ));
+    } else if is_edge(n.node_ip) {
+        out.push(err(
+            "spec.network.nodeIP",
+            n.node_ip.to_string(),
+            format!("is the network or broadcast address of {subnet}"),
+        ));
+    }
+
+    if !subnet.contains(&n.gateway) {
+        out.push(err(
+            "spec.network.gateway",
+            n.gateway.to_string(),
+            format!("is not reachable: it must be inside the node subnet {subnet} (nodeIP/prefix)"),
+        ));
+    } else if n.gateway == n.node_ip {
+        out.push(err(
+            "spec.network.gateway",
+            n.gateway.to_string(),
+            "must not be the node's own address".into(),
+        ));
+    } else if is_edge(n.gateway) {
+        out.push(err(
+            "spec.network.gateway",
+            n.gateway.to_string(),
+            format!("is the network or broadcast address of {subnet}"),
+        ));
+    }
+
+    let dns = n.dns_server;
+    let dns_problem = if let Some(why) = unusable(dns) {
+        Some(why.to_string())
+    } else if dns == n.node_ip {
+        Some("is the node itself, which has no resolver while it boots".into())
+    } else if subnet.contains(&dns) && is_edge(dns) {
+        Some(format!("is the network or broadcast address of {subnet}"))
+    } else if dns.is_link_local() && !subnet.contains(&dns) {
+        Some(format!(
+            "is link-local and outside the node subnet {subnet}"
+        ))
+    } else if n.service_cidr.contains(&dns) || n.pod_cidr.contains(&dns) {
+        Some(
+            "is inside the pod or service CIDR, which does not exist until the cluster runs".into(),
+        )
+    } else {
+        None
+    };
+    if let Some(reason) = dns_problem {
+        out.push(err(
+            "spec.network.dnsServer",
+            dns.to_string(),
+            format!("is not reachable from the node subnet {subnet}: it {reason}"),
+        ));
+    }
+
+    // kube-apiserver refuses a service range wider than 20 bits; a pod range
+    // must hold at least one /24 per node (the controller-manager default).
+    if n.service_cidr.prefix_len() < 12 {
+        out.push(err(
+            "spec.network.serviceCIDR",
+            n.service_cidr.to_string(),
+            "is too large: kube-apiserver accepts at most a /12".into(),
+        ));
+    }
+    if n.pod_cidr.prefix_len() > 24 {
+        out.push(err(
+            "spec.network.podCIDR",
+            n.pod_cidr.to_string(),
+            "is too small: each node takes a /24, so use /24 or larger".into(),
+        ));
+    }
+
+    let overlaps = |a: &Ipv4Net, b: &Ipv4Net| a.contains(&b.network()) || b.contains(&a.network());
+    let ranges = [
+        ("spec.network.podCIDR", n.pod_cidr),
+        ("spec.network.serviceCIDR", n.service_cidr),
+        ("spec.network.nodeIP/prefix", subnet),
+    ];
+    for i in 0..ranges.len() {
+        for j in i + 1..ranges.len() {
+            let (pa, a) = ranges[i];
+            let (pb, b) = ranges[j];
+            if overlaps(&a, &b) {
+                out.push(err(pa, a.to_string(), format!("overlaps {pb} {b}")));
+            }
+        }
+    }
+    out
+}
+
+pub fn one_of(v: &str, allowed: &[&str]) -> Check {
+    if allowed.contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("must be one of {}", allowed.join(", ")))
+    }
+}
+
+/// Characters allowed in a URL that may reach a shell or a template: RFC
+/// 3986 unreserved and the delimiters that carry no shell meaning.
+fn url_chars_ok(u: &str) -> bool {
+    u.chars().all(|c| {
+        is_alnum(c)
+            || matches!(
+                c,
+                '-' | '.'
+                    | '_'
+                    | '~'
+                    | ':'
+                    | '/'
+                    | '?'
+                    | '#'
+                    | '['
+                    | ']'
+                    | '@'
+                    | '%'
+                    | '+'
+                    | '='
+                    | ','
+            )
+    })
+}
+
+fn url_with(u: &str, schemes: &[&str]) -> Check {
+    if !url_chars_ok(u) {
+        return Err(
+            "contains characters outside [A-Za-z0-9-._~:/?#[]@%+=,] (shell metacharacters, quotes or spaces are refused)"
+                .into(),
+        );
+    }
+    let parsed = url::Url::parse(u).map_err(|e| format!("is not a URL: {e}"))?;
+    if !schemes.contains(&parsed.scheme()) {
+        return Err(format!("must use {}", schemes.join(" or ")));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("must name a host".into());
+    }
+    Ok(())
+}
+
+pub fn http_url(u: &str) -> Check {
+    url_with(u, &["http", "https"]).map_err(|e| format!("{e} (an http(s) URL)"))
+}
+
+pub fn image_url(u: &str) -> Check {
+    url_with(u, &["http", "https", "oci"]).map_err(|e| format!("{e} (an http(s) or oci URL)"))
+}
+
+fn hex_len(c: &str, len: usize) -> bool {
+    c.len() == len && c.chars().all(|ch| ch.is_ascii_hexdigit())
+}
+
+/// A literal digest whose length matches the type, or a URL to a checksum file.
+pub fn image_checksum(c: &str, typ: &str) -> Result<(), String> {
+    if c.starts_with("http://") || c.starts_with("https://") {
+        return http_url(c);
+    }
+    let want = match typ {
+        "md5" => 32,
+        "sha256" => 64,
+        _ => 128,
+    };
+    if hex_len(c, want) {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be a {typ} digest of {want} hex characters (imageChecksumType is {typ}), or an http(s) URL of a checksum file"
+        ))
+    }
+}
+
+pub fn sha256_hex(c: &str) -> Check {
+    if hex_len(c, 64) {
+        Ok(())
+    } else {
+        Err("must be a sha256 digest: 64 hex characters".into())
+    }
+}
+
+pub fn unix_username(u: &str) -> Check {
+    let ok = !u.is_empty()
+        && u.len() <= 32
+        && u.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && u.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !ok {
+        return Err("must be a Linux user name: at most 32 lower-case letters, digits, '_' or '-', starting with a letter or '_'".into());
+    }
+    if u == "root" {
+        return Err("must not be root: MetalPlane creates a sudo user".into());
+    }
+    Ok(())
+}
+
+const SSH_KEY_TYPES: &[&str] = &[
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+];
+
+/// One OpenSSH public key line: `type base64 [comment]`.
+pub fn ssh_public_key(k: &str) -> Check {
+    if k.contains(['\n', '\r']) {
+        return Err("must be a single line; give each key its own list item".into());
+    }
+    let mut parts = k.split_whitespace();
+    let typ = parts.next().unwrap_or("");
+    let body = parts.next().unwrap_or("");
+    if !SSH_KEY_TYPES.contains(&typ) {
+        return Err(format!(
+            "must start with a public key type ({})",
+            SSH_KEY_TYPES.join(", ")
+        ));
+    }
+    let b64 = body.len() >= 16
+        && body
+            .chars()
+            .all(|c| is_alnum(c) || matches!(c, '+' | '/' | '='));
+    if !b64 {
+        return Err("must carry a base64 key after the type".into());
+    }
+    Ok(())
+}
