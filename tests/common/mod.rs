@@ -129,6 +129,29 @@ fn add_versions(
                 props.insert("kind".into(), json!({"type": "string"}));
                 props.insert("metadata".into(), json!({"type": "object"}));
             }
+            // Crossplane adds its own machinery to the CRD it generates.
+            if let Some(spec) = raw
+                .pointer_mut("/properties/spec/properties")
+                .and_then(Value::as_object_mut)
+            {
+                spec.insert(
+                    "crossplane".into(),
+                    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+                );
+            }
+            if let Some(status) = raw
+                .pointer_mut("/properties/status/properties")
+                .and_then(Value::as_object_mut)
+            {
+                status.insert("conditions".into(), json!({"type": "array", "items": {
+                    "type": "object", "required": ["type", "status", "reason", "lastTransitionTime"],
+                    "properties": {"type": {"type": "string"}, "status": {"type": "string"}, "reason": {"type": "string"},
+                        "message": {"type": "string"}, "lastTransitionTime": {"type": "string"}, "observedGeneration": {"type": "integer"}}}}));
+                status.insert(
+                    "crossplane".into(),
+                    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+                );
+            }
         }
         let js = to_json_schema(&raw);
         let validator = jsonschema::options()
