@@ -4,8 +4,6 @@ use function_sdk_rust::proto::v1::function_runner_service_server::FunctionRunner
 use function_sdk_rust::proto::v1::{RunFunctionRequest, RunFunctionResponse, Severity};
 use tonic::{Request, Response, Status};
 
-use crate::compose;
-
 /// The MetalPlane function. Stateless: every answer derives from the request.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MetalPlane;
@@ -17,7 +15,7 @@ impl FunctionRunnerService for MetalPlane {
         request: Request<RunFunctionRequest>,
     ) -> Result<Response<RunFunctionResponse>, Status> {
         let req = request.into_inner();
-        let rsp = compose::compose(&req);
+        let rsp = crate::run(&req);
         let fatal = rsp
             .results
             .iter()

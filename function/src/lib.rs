@@ -5,6 +5,7 @@ pub mod builders;
 pub mod compose;
 pub mod function;
 pub mod names;
+pub mod operate;
 pub mod render;
 pub mod spec;
 pub mod status;
@@ -12,3 +13,15 @@ pub mod validate;
 
 /// The built-in example, rendered when `render` gets no file.
 pub const EXAMPLE_XR: &str = include_str!("../../examples/metalcluster/r730.yaml");
+
+/// One entry point for both capabilities: an operation when the request
+/// carries a watched resource, a composition otherwise.
+pub fn run(
+    req: &function_sdk_rust::proto::v1::RunFunctionRequest,
+) -> function_sdk_rust::proto::v1::RunFunctionResponse {
+    if operate::is_operation(req) {
+        operate::operate(req)
+    } else {
+        compose::compose(req)
+    }
+}

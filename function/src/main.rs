@@ -27,6 +27,22 @@ enum Command {
     /// Render a MetalCluster offline through the same code path as RunFunction
     /// and print the YAML stream Crossplane would apply.
     Render(RenderArgs),
+    /// Run the operation path offline for one BareMetalHost, as a
+    /// WatchOperation would, and print the Operation output and the Jobs.
+    Operate(OperateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct OperateArgs {
+    /// The watched BareMetalHost.
+    bmh: PathBuf,
+    /// The operation input (a BMCRemediation object).
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+    /// Resources that satisfy the function's requirements (the host's
+    /// reset Jobs still present): a file or folder. Repeatable.
+    #[arg(long, short = 'e', value_name = "PATH")]
+    required: Vec<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -78,9 +94,42 @@ fn run_render(args: &RenderArgs) -> Result<String, RenderError> {
     Ok(render::to_yaml_stream(&docs))
 }
 
+fn first_doc(path: &PathBuf) -> Result<serde_json::Value, RenderError> {
+    render::load_documents(path)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| RenderError::Input(format!("{} holds no document", path.display())))
+}
+
+fn run_operate(args: &OperateArgs) -> Result<String, RenderError> {
+    let bmh = first_doc(&args.bmh)?;
+    let input = args.input.as_ref().map(first_doc).transpose()?;
+    let required = load_all(&args.required)?;
+    let rendered = render::operate(&bmh, input.as_ref(), &required)?;
+    Ok(render::to_yaml_stream(&rendered.documents))
+}
+
+fn finish(result: Result<String, RenderError>) -> ExitCode {
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(RenderError::Fatal(msg)) => {
+            eprintln!("fatal: {msg}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Some(Command::Operate(args)) => finish(run_operate(&args)),
         Some(Command::Render(args)) => match run_render(&args) {
             Ok(out) => {
                 print!("{out}");

@@ -9,6 +9,7 @@ use function_sdk_rust::proto::v1::{
     Ready, RequestMeta, Requirements, Resource, ResourceSelector, Resources, RunFunctionRequest,
     RunFunctionResponse, Severity, State, Status, resource_selector,
 };
+use function_sdk_rust::request::WATCHED_RESOURCE_KEY;
 use function_sdk_rust::resource::{json_to_struct, struct_to_json};
 use serde_json::{Value, json};
 
@@ -214,20 +215,29 @@ pub fn run(
     observed: &[Value],
     required: &[Value],
 ) -> Result<RunFunctionResponse, RenderError> {
-    let mut req = request(xr, observed)?;
-    let mut rsp = crate::compose::compose(&req);
+    Ok(iterate(request(xr, observed)?, required))
+}
+
+/// Calls the function, resolves what it requires from `required`, and calls
+/// again until the requirements stabilise. An operation's watched resource
+/// is injected by Crossplane itself and stays in every round.
+fn iterate(mut req: RunFunctionRequest, required: &[Value]) -> RunFunctionResponse {
+    let mut rsp = crate::run(&req);
     for _ in 1..MAX_REQUIREMENT_ROUNDS {
         let Some(reqs) = rsp.requirements.as_ref() else {
             break;
         };
-        let resolved = resolve(reqs, required);
+        let mut resolved = resolve(reqs, required);
+        if let Some(w) = req.required_resources.get(WATCHED_RESOURCE_KEY) {
+            resolved.insert(WATCHED_RESOURCE_KEY.to_string(), w.clone());
+        }
         if resolved == req.required_resources {
             break;
         }
         req.required_resources = resolved;
-        rsp = crate::compose::compose(&req);
+        rsp = crate::run(&req);
     }
-    Ok(rsp)
+    rsp
 }
 
 /// The XR as `crossplane render` prints it: identity plus desired status,
@@ -352,4 +362,86 @@ pub fn to_yaml_stream(docs: &[Value]) -> String {
         out.push_str(&serde_yaml_ng::to_string(d).unwrap_or_default());
     }
     out
+}
+
+/// The request a WatchOperation makes for one changed BareMetalHost.
+pub fn operation_request(
+    watched: &Value,
+    input: Option<&Value>,
+) -> Result<RunFunctionRequest, RenderError> {
+    let mut req = RunFunctionRequest {
+        meta: Some(RequestMeta {
+            tag: "operate".into(),
+            ..Default::default()
+        }),
+        desired: Some(State::default()),
+        ..Default::default()
+    };
+    req.required_resources.insert(
+        WATCHED_RESOURCE_KEY.to_string(),
+        Resources {
+            items: vec![to_resource(watched)?],
+        },
+    );
+    if let Some(i) = input {
+        match i {
+            Value::Object(m) => req.input = Some(json_to_struct(m)),
+            other => {
+                return Err(RenderError::Input(format!(
+                    "the operation input must be an object, got {}",
+                    crate::spec::show(other)
+                )));
+            }
+        }
+    }
+    Ok(req)
+}
+
+/// Runs the operation path offline: the Operation (with its pipeline output)
+/// first, then every desired resource.
+pub fn operate(
+    watched: &Value,
+    input: Option<&Value>,
+    required: &[Value],
+) -> Result<Rendered, RenderError> {
+    let rsp = iterate(operation_request(watched, input)?, required);
+    let results: Vec<(String, String)> = rsp
+        .results
+        .iter()
+        .map(|r| (severity_name(r.severity).to_string(), r.message.clone()))
+        .collect();
+    if let Some(f) = rsp
+        .results
+        .iter()
+        .find(|r| r.severity == Severity::Fatal as i32)
+    {
+        return Err(RenderError::Fatal(f.message.clone()));
+    }
+    let output = rsp
+        .output
+        .as_ref()
+        .map(struct_to_json)
+        .unwrap_or_else(|| json!({}));
+    let mut documents = vec![json!({
+        "apiVersion": "ops.crossplane.io/v1alpha1",
+        "kind": "Operation",
+        "metadata": {"name": format!("{}-remediation", str_at(watched, "/metadata/name"))},
+        "status": {"pipeline": [{"step": "metalplane", "output": output}]},
+    })];
+    let mut desired: Vec<(&String, &Resource)> = rsp
+        .desired
+        .as_ref()
+        .map(|d| d.resources.iter().collect())
+        .unwrap_or_default();
+    desired.sort_by(|a, b| a.0.cmp(b.0));
+    documents.extend(
+        desired
+            .into_iter()
+            .filter_map(|(_, r)| r.resource.as_ref().map(struct_to_json)),
+    );
+    Ok(Rendered {
+        documents,
+        results,
+        response: rsp,
+    })
 }

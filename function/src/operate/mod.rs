@@ -1,0 +1,115 @@
+//! The operation path: a WatchOperation on BareMetalHosts injects the host
+//! that changed; we answer with at most one Job and a summary output.
+
+pub mod bmc;
+pub mod decide;
+pub mod input;
+pub mod jobs;
+
+use std::collections::HashMap;
+
+use function_sdk_rust::proto::v1::{RunFunctionRequest, RunFunctionResponse};
+use function_sdk_rust::request::{self, WATCHED_RESOURCE_KEY};
+use function_sdk_rust::resource::json_to_struct;
+use function_sdk_rust::response::{self, ResourceMatch};
+use serde_json::{Value, json};
+
+use decide::{Action, Decision};
+use input::Input;
+
+/// Requirement name of the host's reset Jobs still present.
+pub const RESET_JOBS_REQUIREMENT: &str = "reset-jobs";
+
+/// Whether a request is an operation run (it carries a watched resource).
+pub fn is_operation(req: &RunFunctionRequest) -> bool {
+    req.required_resources.contains_key(WATCHED_RESOURCE_KEY)
+}
+
+/// The operation summary put in `status.pipeline[].output`.
+pub fn output(d: &Decision, dry_run: bool) -> Value {
+    let mut out = json!({
+        "host": format!("{}/{}", d.namespace, d.host),
+        "state": d.state,
+        "action": d.action.map_or("none", Action::as_str),
+        "reason": d.reason,
+    });
+    if let (Some(job), Value::Object(m)) = (&d.job_name, &mut out) {
+        m.insert("job".into(), json!(job));
+        if dry_run {
+            m.insert("dryRun".into(), json!(true));
+        }
+    }
+    out
+}
+
+pub fn operate(req: &RunFunctionRequest) -> RunFunctionResponse {
+    let mut rsp = response::to(req, response::DEFAULT_TTL);
+    let input = match req.input.as_ref() {
+        None => Input::default(),
+        Some(_) => match request::get_input::<Input>(req) {
+            Ok(i) => i,
+            Err(e) => {
+                response::fatal(&mut rsp, format!("invalid operation input: {e}"));
+                return rsp;
+            }
+        },
+    };
+    if let Err(e) = input.validate() {
+        response::fatal(&mut rsp, format!("invalid operation input: {e}"));
+        return rsp;
+    }
+    let Some(bmh) = request::get_watched_resource(req) else {
+        response::fatal(&mut rsp, "the operation carries no watched resource");
+        return rsp;
+    };
+    if bmh.get("kind").and_then(Value::as_str) != Some("BareMetalHost") {
+        let kind = crate::spec::show(bmh.get("kind").unwrap_or(&Value::Null));
+        response::fatal(
+            &mut rsp,
+            format!("the watched resource is a {kind}, not a BareMetalHost"),
+        );
+        return rsp;
+    }
+
+    let first = decide::decide(&bmh, &input, None);
+    let mut decision = first.clone();
+    if first.action == Some(Action::ResetBmc) {
+        // Count the host's reset Jobs that are still there.
+        let labels = HashMap::from([
+            (jobs::HOST_LABEL.to_string(), jobs::host_label(&first.host)),
+            (
+                jobs::ACTION_LABEL.to_string(),
+                Action::ResetBmc.as_str().to_string(),
+            ),
+        ]);
+        response::require_resources(
+            &mut rsp,
+            RESET_JOBS_REQUIREMENT,
+            "batch/v1",
+            "Job",
+            Some(ResourceMatch::Labels(labels)),
+            Some(first.namespace.clone()),
+        );
+        if let Some(present) = request::get_required_resources(req, RESET_JOBS_REQUIREMENT) {
+            let others = present
+                .iter()
+                .filter(|j| {
+                    j.pointer("/metadata/name").and_then(Value::as_str) != first.job_name.as_deref()
+                })
+                .count();
+            decision = decide::decide(&bmh, &input, Some(others));
+        }
+    }
+
+    if !input.dry_run
+        && let (Some(job), Some(name)) = (jobs::job(&decision, &input), decision.job_name.clone())
+        && let Ok(Value::Object(map)) = serde_json::to_value(&job)
+    {
+        response::desired_composed(&mut rsp, name).resource = Some(json_to_struct(&map));
+    }
+    let out = output(&decision, input.dry_run);
+    // A JSON object always converts; the error arm cannot happen.
+    let _ = response::set_output(&mut rsp, &out);
+    tracing::info!(host = %out["host"], action = %out["action"], "operation decided");
+    rsp
+}
