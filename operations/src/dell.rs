@@ -1,0 +1,474 @@
+//! Dell iDRAC specifics: the UEFI boot order for virtual media, the job
+//! queue, the controller reset.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::redfish::{BmcError, Client, Idempotency, Reply};
+
+/// Job states that block a new configuration job.
+pub const UNFINISHED: [&str; 6] = [
+    "Scheduled",
+    "New",
+    "Running",
+    "Downloading",
+    "Waiting",
+    "Paused",
+];
+
+/// Error codes meaning "a configuration job is already pending or running".
+pub const PENDING_CODES: [&str; 3] = ["SYS011", "RAC0679", "LC068"];
+
+#[derive(Clone, Debug)]
+pub struct Ids {
+    pub system: String,
+    pub manager: String,
+}
+
+impl Default for Ids {
+    fn default() -> Self {
+        Self {
+            system: "System.Embedded.1".into(),
+            manager: "iDRAC.Embedded.1".into(),
+        }
+    }
+}
+
+impl Ids {
+    pub fn system_path(&self) -> String {
+        format!("/redfish/v1/Systems/{}", self.system)
+    }
+    pub fn manager_path(&self) -> String {
+        format!("/redfish/v1/Managers/{}", self.manager)
+    }
+    pub fn jobs_path(&self) -> String {
+        format!("{}/Jobs", self.manager_path())
+    }
+}
+
+/// What a run achieved, for the one-line outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Fixed {
+        device: String,
+        job: String,
+        reset: String,
+        cleared: usize,
+    },
+    AlreadyFirst {
+        device: String,
+    },
+    MediaNotAttached {
+        device: String,
+        waited: Duration,
+    },
+    BmcReset {
+        came_back: bool,
+        waited: Duration,
+    },
+    PowerReset {
+        reset: String,
+        power: String,
+    },
+}
+
+impl Outcome {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Outcome::Fixed { .. } => "fixed",
+            Outcome::AlreadyFirst { .. } => "already-first",
+            Outcome::MediaNotAttached { .. } => "media-not-attached",
+            Outcome::BmcReset { .. } => "bmc-reset",
+            Outcome::PowerReset { .. } => "power-reset",
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            Outcome::Fixed {
+                device,
+                job,
+                reset,
+                cleared,
+            } => format!(
+                "{device} is first in the UEFI boot order, config job {job}, {reset}, {cleared} stale job(s) cleared"
+            ),
+            Outcome::AlreadyFirst { device } => format!("{device} is already first; nothing to do"),
+            Outcome::MediaNotAttached { device, waited } => {
+                format!(
+                    "{device} did not appear in the boot sources within {waited:?}; nothing to do"
+                )
+            }
+            Outcome::BmcReset {
+                came_back: true,
+                waited,
+            } => {
+                format!("iDRAC reset (GracefulRestart) and answering again after {waited:?}")
+            }
+            Outcome::BmcReset {
+                came_back: false,
+                waited,
+            } => {
+                format!(
+                    "iDRAC reset (GracefulRestart) requested; not yet answering after {waited:?}"
+                )
+            }
+            Outcome::PowerReset { reset, power } => format!("power was {power}: {reset}"),
+        }
+    }
+}
+
+/// One entry of a Dell boot sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BootEntry {
+    pub id: String,
+    pub index: i64,
+    pub enabled: bool,
+    pub name: String,
+}
+
+impl BootEntry {
+    fn from_json(v: &Value) -> Option<Self> {
+        Some(Self {
+            id: v.get("Id")?.as_str()?.to_string(),
+            index: v.get("Index").and_then(Value::as_i64).unwrap_or(i64::MAX),
+            enabled: v.get("Enabled").and_then(Value::as_bool).unwrap_or(false),
+            name: v
+                .get("Name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"Id": self.id, "Index": self.index, "Enabled": self.enabled, "Name": self.name})
+    }
+
+    fn is(&self, device: &str) -> bool {
+        self.name == device || self.id.split('#').any(|p| p == device)
+    }
+}
+
+/// The sequence attribute to read and write: UEFI unless only the legacy
+/// BIOS sequence lists the device.
+pub fn sequence(sources: &Value, device: &str) -> Option<(&'static str, Vec<BootEntry>)> {
+    for attr in ["UefiBootSeq", "BootSeq"] {
+        let entries: Vec<BootEntry> = sources
+            .pointer(&format!("/Attributes/{attr}"))
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(BootEntry::from_json).collect())
+            .unwrap_or_default();
+        if entries.iter().any(|e| e.is(device)) {
+            return Some((attr, entries));
+        }
+    }
+    None
+}
+
+/// The same entries with `device` first and enabled, the others keeping
+/// their relative order, indexes renumbered from 0.
+pub fn reorder(entries: &[BootEntry], device: &str) -> Vec<BootEntry> {
+    let mut sorted = entries.to_vec();
+    sorted.sort_by_key(|e| e.index);
+    let (mut first, rest): (Vec<_>, Vec<_>) = sorted.into_iter().partition(|e| e.is(device));
+    first.truncate(1);
+    if let Some(f) = first.first_mut() {
+        f.enabled = true;
+    }
+    first
+        .into_iter()
+        .chain(rest)
+        .enumerate()
+        .map(|(i, mut e)| {
+            e.index = i as i64;
+            e
+        })
+        .collect()
+}
+
+fn refused(method: &str, path: &str, r: &Reply) -> BmcError {
+    BmcError::Refused {
+        method: method.into(),
+        path: path.into(),
+        status: r.status.as_u16(),
+        message: r.message(),
+    }
+}
+
+fn odata_id(v: &Value) -> Option<String> {
+    v.get("@odata.id").and_then(Value::as_str).map(String::from)
+}
+
+/// Where this iDRAC keeps its boot sources: the system's Dell OEM link
+/// (`DELL` on iDRAC8, `Dell` later), else the iDRAC8 default path.
+pub async fn boot_sources_path(c: &Client, ids: &Ids) -> Result<String, BmcError> {
+    let system = c.get(&ids.system_path()).await?;
+    let link = [
+        "/Links/Oem/DELL/BootOrder",
+        "/Links/Oem/Dell/BootOrder",
+        "/Links/Oem/Dell/DellBootSources",
+    ]
+    .iter()
+    .find_map(|p| system.pointer(p).and_then(odata_id));
+    Ok(link.unwrap_or_else(|| format!("{}/BootSources", ids.system_path())))
+}
+
+/// Deletes every unfinished job, one request per job, `pace` apart (older
+/// iDRAC8 firmware has no DellJobService to clear the queue at once).
+pub async fn clear_unfinished_jobs(
+    c: &Client,
+    ids: &Ids,
+    pace: Duration,
+) -> Result<usize, BmcError> {
+    let list = c.get(&ids.jobs_path()).await?;
+    let members: Vec<String> = list
+        .get("Members")
+        .and_then(Value::as_array)
+        .map(|m| m.iter().filter_map(odata_id).collect())
+        .unwrap_or_default();
+    let mut deleted = 0;
+    for path in members {
+        let job = c.get(&path).await?;
+        let state = job
+            .get("JobState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !UNFINISHED.contains(&state) {
+            continue;
+        }
+        if deleted > 0 {
+            c.pause(pace).await?;
+        }
+        let r = c
+            .send(Method::DELETE, &path, None, Idempotency::Safe)
+            .await?;
+        // A job that finished or vanished meanwhile is fine.
+        if !r.ok() && r.status.as_u16() != 404 {
+            return Err(refused("DELETE", &path, &r));
+        }
+        tracing::info!(job = %path, state, "deleted unfinished job");
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
+#[derive(Clone, Debug)]
+pub struct FixOptions {
+    pub device: String,
+    pub media_wait: Duration,
+    pub poll: Duration,
+    pub pace: Duration,
+}
+
+/// The whole boot-order fix. See the module docs of the crate.
+pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Outcome, BmcError> {
+    let sources_path = boot_sources_path(c, ids).await?;
+    let settings_path = format!("{sources_path}/Settings");
+
+    // 1. The iDRAC lists the virtual drive only while media is attached.
+    let started = Instant::now();
+    let (attr, entries) = loop {
+        let sources = c.get(&sources_path).await?;
+        if let Some(found) = sequence(&sources, &o.device) {
+            break found;
+        }
+        if started.elapsed() + o.poll > o.media_wait {
+            return Ok(Outcome::MediaNotAttached {
+                device: o.device.clone(),
+                waited: started.elapsed(),
+            });
+        }
+        tracing::info!(device = %o.device, "virtual drive not listed yet; waiting");
+        c.pause(o.poll).await?;
+    };
+
+    // 2. Already first?
+    let mut sorted = entries.clone();
+    sorted.sort_by_key(|e| e.index);
+    if sorted.first().is_some_and(|e| e.is(&o.device) && e.enabled) {
+        return Ok(Outcome::AlreadyFirst {
+            device: o.device.clone(),
+        });
+    }
+
+    // 3. Reorder; a pending configuration job blocks the change (SYS011).
+    let body = json!({"Attributes": {attr: reorder(&entries, &o.device).iter().map(BootEntry::to_json).collect::<Vec<_>>()}});
+    let mut cleared = 0;
+    for round in 0..3 {
+        let r = c
+            .send(
+                Method::PATCH,
+                &settings_path,
+                Some(&body),
+                Idempotency::Safe,
+            )
+            .await?;
+        if r.ok() {
+            break;
+        }
+        if round < 2 && PENDING_CODES.iter().any(|code| r.has_message(code)) {
+            tracing::info!(code = %r.message(), "a pending configuration job blocks the change; clearing unfinished jobs");
+            cleared += clear_unfinished_jobs(c, ids, o.pace).await?;
+            continue;
+        }
+        return Err(refused("PATCH", &settings_path, &r));
+    }
+
+    // 4. Commit with a configuration job. The original targets
+    // BootSources/Settings; Dell's own scripts use Bios/Settings: try the
+    // first and fall back once when the firmware rejects the target.
+    let bios_settings = format!("{}/Bios/Settings", ids.system_path());
+    let mut targets = vec![settings_path.clone(), bios_settings];
+    let mut job = None;
+    let mut pending_round = 0;
+    while let Some(target) = targets.first().cloned() {
+        let r = c
+            .send(
+                Method::POST,
+                &ids.jobs_path(),
+                Some(&json!({"TargetSettingsURI": target})),
+                Idempotency::Once,
+            )
+            .await?;
+        if r.ok() {
+            let id = r
+                .location
+                .as_deref()
+                .and_then(|l| l.rsplit('/').next())
+                .map(String::from)
+                .or_else(|| {
+                    r.body
+                        .as_ref()
+                        .and_then(|b| b.get("Id"))
+                        .and_then(Value::as_str)
+                        .map(String::from)
+                })
+                .unwrap_or_else(|| "(unnamed)".into());
+            job = Some(id);
+            break;
+        }
+        if PENDING_CODES.iter().any(|code| r.has_message(code)) && pending_round < 2 {
+            pending_round += 1;
+            cleared += clear_unfinished_jobs(c, ids, o.pace).await?;
+            continue;
+        }
+        if r.status.as_u16() == 400 && targets.len() > 1 {
+            tracing::info!(target = %target, reason = %r.message(), "configuration job target refused; trying Bios/Settings");
+            targets.remove(0);
+            continue;
+        }
+        return Err(refused("POST", &ids.jobs_path(), &r));
+    }
+    let job = job.ok_or_else(|| BmcError::Protocol("no configuration job was created".into()))?;
+
+    // 5. The job runs at the next boot.
+    let reset = power_reset(c, ids).await?;
+    Ok(Outcome::Fixed {
+        device: o.device.clone(),
+        job,
+        reset: reset.0,
+        cleared,
+    })
+}
+
+/// ForceRestart when on, On when off. Returns (reset type, power state).
+pub async fn power_reset(c: &Client, ids: &Ids) -> Result<(String, String), BmcError> {
+    let system = c.get(&ids.system_path()).await?;
+    let power = system
+        .get("PowerState")
+        .and_then(Value::as_str)
+        .unwrap_or("Unknown")
+        .to_string();
+    let reset = if power == "On" { "ForceRestart" } else { "On" };
+    let path = format!("{}/Actions/ComputerSystem.Reset", ids.system_path());
+    let r = c
+        .send(
+            Method::POST,
+            &path,
+            Some(&json!({"ResetType": reset})),
+            Idempotency::Once,
+        )
+        .await?;
+    if !r.ok() {
+        return Err(refused("POST", &path, &r));
+    }
+    Ok((reset.to_string(), power))
+}
+
+/// Waits until the system reports `want` as its PowerState.
+pub async fn wait_power(c: &Client, ids: &Ids, want: &str, poll: Duration) -> Result<(), BmcError> {
+    loop {
+        let system = c.get(&ids.system_path()).await?;
+        if system.get("PowerState").and_then(Value::as_str) == Some(want) {
+            return Ok(());
+        }
+        c.pause(poll).await?;
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ResetOptions {
+    /// How long to watch for the iDRAC going away after the reset.
+    pub down_wait: Duration,
+    pub poll: Duration,
+    /// Wait for it to answer again (within the budget).
+    pub wait_back: bool,
+}
+
+/// Manager.Reset with GracefulRestart (the only type iDRAC allows), then
+/// wait for it to go away and come back.
+pub async fn reset_bmc(c: &Client, ids: &Ids, o: &ResetOptions) -> Result<Outcome, BmcError> {
+    let path = format!("{}/Actions/Manager.Reset", ids.manager_path());
+    let started = Instant::now();
+    match c
+        .send(
+            Method::POST,
+            &path,
+            Some(&json!({"ResetType": "GracefulRestart"})),
+            Idempotency::Once,
+        )
+        .await
+    {
+        Ok(r) if r.ok() => {}
+        Ok(r) => return Err(refused("POST", &path, &r)),
+        // A reset that timed out may well have happened; never send a
+        // second one, go on to watch the controller instead.
+        Err(BmcError::Unreachable(e)) => {
+            tracing::warn!(error = %e, "no answer to the reset; assuming it was taken")
+        }
+        Err(e) => return Err(e),
+    }
+    tracing::info!("iDRAC reset requested");
+    if !o.wait_back {
+        return Ok(Outcome::BmcReset {
+            came_back: false,
+            waited: started.elapsed(),
+        });
+    }
+    let manager = ids.manager_path();
+    // It keeps answering for a few seconds before it goes down.
+    let down_deadline = Instant::now() + o.down_wait;
+    while Instant::now() < down_deadline
+        && c.probe(&manager, o.poll.max(Duration::from_secs(1))).await
+    {
+        c.pause(o.poll).await?;
+    }
+    loop {
+        if c.probe(&manager, o.poll.max(Duration::from_secs(2))).await {
+            return Ok(Outcome::BmcReset {
+                came_back: true,
+                waited: started.elapsed(),
+            });
+        }
+        if o.poll >= c.remaining() {
+            return Err(BmcError::Budget(
+                c.policy.budget,
+                "the iDRAC did not come back after the reset".into(),
+            ));
+        }
+        c.pause(o.poll).await?;
+    }
+}

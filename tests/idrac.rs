@@ -1,0 +1,462 @@
+//! metalplane-bmc against our iDRAC emulator, through every injected fault:
+//! the final boot order, the jobs and resets issued, a bounded request
+//! count, and logs without credentials.
+
+mod idrac_emulator;
+
+use std::time::{Duration, Instant};
+
+use idrac_emulator::{Config, Emulator, JOBS, SETTINGS, SOURCES, VIRTUAL};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Fast timings so the faults play out in seconds; the budget is what the
+/// run must stay within.
+async fn bmc(emu: &Emulator, pass: &str, args: &[&str]) -> Run {
+    let started = Instant::now();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_metalplane-bmc"))
+        .env("BMC_URL", emu.base_url())
+        .env("BMC_USERNAME", "root")
+        .env("BMC_PASSWORD", pass)
+        .env_remove("BMC_INSECURE")
+        .env_remove("RUST_LOG")
+        .args([
+            "--request-timeout",
+            "2s",
+            "--backoff-initial",
+            "20ms",
+            "--backoff-max",
+            "200ms",
+            "--budget",
+            "20s",
+        ])
+        .args(args)
+        .output()
+        .await
+        .expect("metalplane-bmc runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        took: started.elapsed(),
+    }
+}
+
+const PASS: &str = "s3cret-Pa55";
+
+fn fix_args() -> Vec<&'static str> {
+    vec![
+        "fix-boot-order",
+        "--poll",
+        "50ms",
+        "--pace",
+        "100ms",
+        "--media-wait",
+        "3s",
+    ]
+}
+
+fn assert_clean(r: &Run) {
+    for secret in [PASS, "root:", "cm9vdDpz"] {
+        assert!(
+            !r.stderr.contains(secret) && !r.stdout.contains(secret),
+            "a credential leaked:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert_eq!(
+        r.stdout.lines().count(),
+        1,
+        "one outcome line: {}",
+        r.stdout
+    );
+}
+
+fn requests_of(r: &Run) -> u32 {
+    r.stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("requests="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixes_the_boot_order() {
+    let emu = Emulator::start(Config::default()).await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.starts_with("outcome=fixed action=fix-boot-order"),
+        "{}",
+        r.stdout
+    );
+    assert_clean(&r);
+    emu.with(|st| {
+        assert_eq!(
+            st.order()[0],
+            VIRTUAL,
+            "virtual drive first: {:?}",
+            st.order()
+        );
+        assert_eq!(
+            st.order()[1..],
+            [
+                "Disk.SATAEmbedded.A-1",
+                "NIC.PxeDevice.1-1",
+                "Disk.USBFront.1-1"
+            ],
+            "the rest keep their order"
+        );
+        assert_eq!(st.jobs.len(), 1, "one configuration job");
+        assert!(
+            st.jobs
+                .values()
+                .all(|j| j.state == "Completed" && j.target == SETTINGS)
+        );
+        assert_eq!(st.power_resets, vec!["ForceRestart"], "host was on");
+        assert_eq!(st.bmc_resets, 0);
+        assert_eq!(st.unauthenticated, 0, "Basic auth is sent preemptively");
+        assert!(st.requests.len() <= 8, "{} requests", st.requests.len());
+    });
+    assert_eq!(requests_of(&r) as usize, emu.with(|s| s.requests.len()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn already_first_changes_nothing() {
+    let emu = Emulator::start(Config {
+        virtual_first: true,
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0);
+    assert!(
+        r.stdout.starts_with("outcome=already-first"),
+        "{}",
+        r.stdout
+    );
+    emu.with(|st| {
+        assert_eq!(st.count("PATCH", SETTINGS), 0);
+        assert!(st.jobs.is_empty() && st.power_resets.is_empty());
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_media_attached_late() {
+    let emu = Emulator::start(Config {
+        media_after_gets: Some(4),
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("outcome=fixed"));
+    emu.with(|st| {
+        assert_eq!(
+            st.count("GET", SOURCES),
+            5,
+            "polled until the drive was listed"
+        );
+        assert_eq!(st.order()[0], VIRTUAL);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gives_up_quietly_without_media() {
+    let emu = Emulator::start(Config {
+        media_after_gets: None,
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(
+        &emu,
+        PASS,
+        &["fix-boot-order", "--poll", "100ms", "--media-wait", "1s"],
+    )
+    .await;
+    assert_eq!(r.code, 0);
+    assert!(
+        r.stdout.starts_with("outcome=media-not-attached"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.took < Duration::from_secs(5), "{:?}", r.took);
+    emu.with(|st| {
+        assert_eq!(st.count("PATCH", SETTINGS), 0);
+        assert!(st.power_resets.is_empty());
+        let polls = st.count("GET", SOURCES);
+        assert!((5..=12).contains(&polls), "{polls} polls in 1s at 100ms");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sys011_clears_unfinished_jobs_paced_then_retries() {
+    let cfg = Config {
+        jobs: vec![
+            ("JID_000000000001", "Completed"),
+            ("JID_000000000002", "Scheduled"),
+            ("JID_000000000003", "Running"),
+            ("JID_000000000004", "Failed"),
+        ],
+        power_on: false,
+        ..Config::default()
+    };
+    let emu = Emulator::start(cfg).await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("2 stale job(s) cleared"), "{}", r.stdout);
+    assert_clean(&r);
+    emu.with(|st| {
+        let deleted: Vec<&str> = st.deletes.iter().map(|(_, id)| id.as_str()).collect();
+        assert_eq!(
+            deleted,
+            ["JID_000000000002", "JID_000000000003"],
+            "only unfinished jobs, one request each"
+        );
+        let gap = st.deletes[1].0 - st.deletes[0].0;
+        assert!(
+            gap >= Duration::from_millis(90),
+            "deletions are paced: {gap:?}"
+        );
+        assert_eq!(
+            st.count("PATCH", SETTINGS),
+            2,
+            "PATCH, SYS011, clear, PATCH"
+        );
+        assert_eq!(st.order()[0], VIRTUAL);
+        assert_eq!(st.power_resets, vec!["On"], "host was off");
+        assert!(
+            st.jobs.contains_key("JID_000000000001") && st.jobs.contains_key("JID_000000000004"),
+            "finished jobs stay"
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_503_bursts_html_pages_and_slow_answers() {
+    let cfg = Config {
+        busy_503: 5,
+        html_pages: 3,
+        slow: Duration::from_millis(300),
+        slow_count: 3,
+        ..Config::default()
+    };
+    let emu = Emulator::start(cfg).await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("outcome=fixed"));
+    assert!(r.stderr.contains("retrying"), "retries are logged");
+    assert_clean(&r);
+    emu.with(|st| {
+        assert_eq!(st.order()[0], VIRTUAL);
+        assert_eq!(
+            st.jobs.len(),
+            1,
+            "a 503 on the job POST is not a second job"
+        );
+        assert_eq!(st.power_resets.len(), 1);
+        assert!(
+            st.requests.len() <= 8 + 5 + 3,
+            "bounded: {} requests",
+            st.requests.len()
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn falls_back_to_bios_settings_when_firmware_wants_it() {
+    let emu = Emulator::start(Config {
+        job_targets: vec![idrac_emulator::BIOS_SETTINGS],
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    emu.with(|st| {
+        assert_eq!(st.count("POST", JOBS), 2);
+        assert_eq!(
+            st.jobs
+                .values()
+                .map(|j| j.target.as_str())
+                .collect::<Vec<_>>(),
+            [idrac_emulator::BIOS_SETTINGS]
+        );
+        assert_eq!(st.order()[0], VIRTUAL);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resets_the_idrac_and_waits_through_refused_connections() {
+    let emu = Emulator::start(Config {
+        down_after_reset: Duration::from_millis(1500),
+        busy_503: 1,
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(
+        &emu,
+        PASS,
+        &["reset-bmc", "--poll", "100ms", "--down-wait", "3s"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.starts_with("outcome=bmc-reset") && r.stdout.contains("answering again"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.took >= Duration::from_millis(1500),
+        "it waited for the controller: {:?}",
+        r.took
+    );
+    assert_clean(&r);
+    emu.with(|st| {
+        assert_eq!(
+            st.bmc_resets, 1,
+            "exactly one reset (the 503 was not processed)"
+        );
+        assert!(st.requests.len() < 60, "{}", st.requests.len());
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_that_times_out_is_never_repeated() {
+    let emu = Emulator::start(Config {
+        reset_delay: Duration::from_secs(3),
+        down_after_reset: Duration::from_millis(300),
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(
+        &emu,
+        PASS,
+        &["reset-bmc", "--poll", "100ms", "--down-wait", "1s"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    emu.with(|st| assert_eq!(st.bmc_resets, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gives_up_within_the_budget_when_always_busy() {
+    let emu = Emulator::start(Config {
+        busy_503: u32::MAX,
+        ..Config::default()
+    })
+    .await;
+    let started = Instant::now();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_metalplane-bmc"))
+        .env("BMC_URL", emu.base_url())
+        .env("BMC_USERNAME", "root")
+        .env("BMC_PASSWORD", PASS)
+        .args([
+            "--request-timeout",
+            "1s",
+            "--backoff-initial",
+            "50ms",
+            "--backoff-max",
+            "400ms",
+            "--budget",
+            "2s",
+            "--attempts",
+            "100",
+        ])
+        .args(fix_args())
+        .output()
+        .await
+        .expect("runs");
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("budget"), "{stdout}");
+    assert!(
+        took < Duration::from_millis(3500),
+        "stopped within the budget: {took:?}"
+    );
+    let n = emu.with(|s| s.requests.len());
+    assert!(
+        (3..=20).contains(&n),
+        "backoff bounds the request count: {n}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_are_capped() {
+    let emu = Emulator::start(Config {
+        busy_503: u32::MAX,
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(&emu, PASS, &["--attempts", "4", "fix-boot-order"]).await;
+    assert_eq!(r.code, 3);
+    emu.with(|s| assert_eq!(s.requests.len(), 4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_exit_5_without_leaking_them() {
+    let emu = Emulator::start(Config::default()).await;
+    let r = bmc(&emu, "wrong-Pa55word", &fix_args()).await;
+    assert_eq!(r.code, 5, "{}", r.stdout);
+    assert!(!r.stdout.contains("wrong-Pa55word") && !r.stderr.contains("wrong-Pa55word"));
+    emu.with(|s| assert_eq!(s.bad_credentials, 1, "no retry on 401"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_bmc_exits_3() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_metalplane-bmc"))
+        .env("BMC_URL", format!("http://127.0.0.1:{port}"))
+        .env("BMC_USERNAME", "root")
+        .env("BMC_PASSWORD", PASS)
+        .args([
+            "--backoff-initial",
+            "10ms",
+            "--backoff-max",
+            "20ms",
+            "--attempts",
+            "3",
+            "reboot",
+        ])
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_errors_exit_2() {
+    for (url, user) in [
+        ("", "root"),
+        ("ftp://x", "root"),
+        ("http://root:pw@10.0.0.1", "root"),
+    ] {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_metalplane-bmc"));
+        if !url.is_empty() {
+            cmd.env("BMC_URL", url);
+        } else {
+            cmd.env_remove("BMC_URL");
+        }
+        let out = cmd
+            .env("BMC_USERNAME", user)
+            .env("BMC_PASSWORD", PASS)
+            .arg("reboot")
+            .output()
+            .await
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{url}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("pw@"),
+            "credentials in a URL are not echoed"
+        );
+    }
+}

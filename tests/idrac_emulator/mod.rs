@@ -1,0 +1,629 @@
+//! Our iDRAC emulator: the Dell Redfish resources sushy-tools lacks
+//! (BootSources, BootSources/Settings, Jobs with SYS011, Manager.Reset),
+//! with the faults real iDRAC8s show, injectable per test: 503 bursts, HTML
+//! error pages, slow answers, connection refused for a while after a
+//! controller reset, and virtual media that shows up late.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State as AxState};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+pub const SYSTEM: &str = "/redfish/v1/Systems/System.Embedded.1";
+pub const MANAGER: &str = "/redfish/v1/Managers/iDRAC.Embedded.1";
+pub const SOURCES: &str = "/redfish/v1/Systems/System.Embedded.1/BootSources";
+pub const SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/BootSources/Settings";
+pub const BIOS_SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/Bios/Settings";
+pub const JOBS: &str = "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs";
+pub const VIRTUAL: &str = "Optical.iDRACVirtual.1-1";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub user: String,
+    pub pass: String,
+    /// UEFI sequence without the virtual drive: (name, enabled).
+    pub boot: Vec<(&'static str, bool)>,
+    /// The virtual drive is listed from this BootSources GET on (0: at
+    /// once); None: media never attached.
+    pub media_after_gets: Option<u32>,
+    /// Where the virtual drive sits when listed (the iDRAC adds it last).
+    pub virtual_first: bool,
+    pub power_on: bool,
+    /// Jobs already on the iDRAC: (id, state).
+    pub jobs: Vec<(&'static str, &'static str)>,
+    /// The first N requests get 503.
+    pub busy_503: u32,
+    /// The next N GETs get a 200 HTML page (an iDRAC that is starting).
+    pub html_pages: u32,
+    /// The first N requests are answered after this delay.
+    pub slow: Duration,
+    pub slow_count: u32,
+    /// Connections are refused this long after Manager.Reset.
+    pub down_after_reset: Duration,
+    /// TargetSettingsURI values the Jobs POST accepts.
+    pub job_targets: Vec<&'static str>,
+    /// Manager.Reset answers only after this delay (but is taken at once).
+    pub reset_delay: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            user: "root".into(),
+            pass: "s3cret-Pa55".into(),
+            boot: vec![
+                ("Disk.SATAEmbedded.A-1", true),
+                ("NIC.PxeDevice.1-1", true),
+                ("Disk.USBFront.1-1", false),
+            ],
+            media_after_gets: Some(0),
+            virtual_first: false,
+            power_on: true,
+            jobs: vec![],
+            busy_503: 0,
+            html_pages: 0,
+            slow: Duration::ZERO,
+            slow_count: 0,
+            down_after_reset: Duration::from_millis(800),
+            job_targets: vec![SETTINGS],
+            reset_delay: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: String,
+    pub state: String,
+    pub target: String,
+}
+
+#[derive(Debug)]
+pub struct State {
+    pub cfg: Config,
+    pub requests: Vec<(Instant, String, String)>,
+    pub boot: Vec<Value>,
+    pub pending: Option<Vec<Value>>,
+    pub jobs: BTreeMap<String, Job>,
+    pub next_job: u64,
+    pub power_on: bool,
+    pub power_resets: Vec<String>,
+    pub bmc_resets: u32,
+    pub deletes: Vec<(Instant, String)>,
+    pub source_gets: u32,
+    pub busy_left: u32,
+    pub html_left: u32,
+    pub slow_left: u32,
+    pub unauthenticated: u32,
+    pub bad_credentials: u32,
+}
+
+impl State {
+    fn new(cfg: Config) -> Self {
+        let boot = cfg
+            .boot
+            .iter()
+            .enumerate()
+            .map(|(i, (n, e))| entry(n, i as i64, *e))
+            .collect();
+        let jobs = cfg
+            .jobs
+            .iter()
+            .map(|(id, st)| {
+                (
+                    id.to_string(),
+                    Job {
+                        id: id.to_string(),
+                        state: st.to_string(),
+                        target: SETTINGS.into(),
+                    },
+                )
+            })
+            .collect();
+        Self {
+            busy_left: cfg.busy_503,
+            html_left: cfg.html_pages,
+            slow_left: cfg.slow_count,
+            power_on: cfg.power_on,
+            cfg,
+            requests: vec![],
+            boot,
+            pending: None,
+            jobs,
+            next_job: 100_000_000_001,
+            power_resets: vec![],
+            bmc_resets: 0,
+            deletes: vec![],
+            source_gets: 0,
+            unauthenticated: 0,
+            bad_credentials: 0,
+        }
+    }
+
+    /// The UEFI sequence as the iDRAC lists it now.
+    pub fn listed(&self) -> Vec<Value> {
+        let attached = self
+            .cfg
+            .media_after_gets
+            .is_some_and(|n| self.source_gets > n);
+        let mut seq = self.boot.clone();
+        let has_virtual = seq.iter().any(|e| e["Name"] == VIRTUAL);
+        if attached && !has_virtual {
+            if self.cfg.virtual_first {
+                for e in &mut seq {
+                    e["Index"] = json!(e["Index"].as_i64().unwrap_or(0) + 1);
+                }
+                seq.insert(0, entry(VIRTUAL, 0, true));
+            } else {
+                let n = seq.len() as i64;
+                seq.push(entry(VIRTUAL, n, true));
+            }
+        }
+        seq
+    }
+
+    /// Names in boot order.
+    pub fn order(&self) -> Vec<String> {
+        let mut seq = self.listed();
+        seq.sort_by_key(|e| e["Index"].as_i64().unwrap_or(0));
+        seq.iter()
+            .map(|e| e["Name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    fn unfinished(&self) -> bool {
+        self.jobs.values().any(|j| {
+            [
+                "Scheduled",
+                "New",
+                "Running",
+                "Downloading",
+                "Waiting",
+                "Paused",
+            ]
+            .contains(&j.state.as_str())
+        })
+    }
+
+    pub fn count(&self, method: &str, path: &str) -> usize {
+        self.requests
+            .iter()
+            .filter(|(_, m, p)| m == method && p == path)
+            .count()
+    }
+}
+
+fn entry(name: &str, index: i64, enabled: bool) -> Value {
+    json!({"Enabled": enabled, "Id": format!("BIOS.Setup.1-1#UefiBootSeq#{name}#{:x}", name.len() * 7919), "Index": index, "Name": name})
+}
+
+fn dell_error(status: StatusCode, id: &str, msg: &str) -> Response {
+    let body = json!({"error": {
+        "@Message.ExtendedInfo": [{"MessageId": id, "Message": msg, "Resolution": "See the iDRAC documentation.", "Severity": "Warning"}],
+        "code": "Base.1.2.GeneralError",
+        "message": "A general error has occurred. See ExtendedInfo for more information",
+    }});
+    (status, axum::Json(body)).into_response()
+}
+
+type Shared = Arc<Shared0>;
+
+pub struct Shared0 {
+    pub state: Mutex<State>,
+    down: Notify,
+}
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
+    s.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Auth, faults and request log, before routing.
+async fn gate(
+    AxState(s): AxState<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (delay, fault) = {
+        let mut st = lock(&s);
+        st.requests
+            .push((Instant::now(), method.to_string(), uri.path().to_string()));
+        let delay = if st.slow_left > 0 {
+            st.slow_left -= 1;
+            st.cfg.slow
+        } else {
+            Duration::ZERO
+        };
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let expected = format!("Basic {}", b64(&format!("{}:{}", st.cfg.user, st.cfg.pass)));
+        let fault = match auth {
+            // iDRAC8 answers the challenge round trip with 400.
+            None => {
+                st.unauthenticated += 1;
+                Some(dell_error(
+                    StatusCode::BAD_REQUEST,
+                    "Base.1.2.GeneralError",
+                    "Authorization header required",
+                ))
+            }
+            Some(a) if a != expected => {
+                st.bad_credentials += 1;
+                Some((StatusCode::UNAUTHORIZED, axum::Json(json!({"error": {"code": "Base.1.2.AccessDenied", "message": "invalid credentials"}}))).into_response())
+            }
+            Some(_) if st.busy_left > 0 => {
+                st.busy_left -= 1;
+                Some(dell_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "RAC0679",
+                    "The iDRAC is busy. Retry the operation later.",
+                ))
+            }
+            Some(_) if st.html_left > 0 && method == Method::GET => {
+                st.html_left -= 1;
+                Some(
+                    (
+                        StatusCode::OK,
+                        [("content-type", "text/html")],
+                        "<html><body><h1>iDRAC is starting</h1></body></html>",
+                    )
+                        .into_response(),
+                )
+            }
+            Some(_) => None,
+        };
+        (delay, fault)
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    match fault {
+        Some(f) => f,
+        None => next.run(req).await,
+    }
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+async fn system(AxState(s): AxState<Shared>) -> Response {
+    let st = lock(&s);
+    axum::Json(json!({
+        "@odata.id": SYSTEM, "Id": "System.Embedded.1",
+        "PowerState": if st.power_on { "On" } else { "Off" },
+        "Links": {"Oem": {"DELL": {"BootOrder": {"@odata.id": SOURCES}}}},
+        "Actions": {"#ComputerSystem.Reset": {"target": format!("{SYSTEM}/Actions/ComputerSystem.Reset"),
+            "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "ForceRestart", "GracefulShutdown", "PushPowerButton", "Nmi"]}},
+    }))
+    .into_response()
+}
+
+async fn sources(AxState(s): AxState<Shared>) -> Response {
+    let mut st = lock(&s);
+    st.source_gets += 1;
+    let seq = st.listed();
+    axum::Json(json!({"@odata.type": "#DellBootSources.v1_0_0.DellBootSources", "@odata.id": SOURCES, "Attributes": {"BootSeq": [], "UefiBootSeq": seq}})).into_response()
+}
+
+async fn settings_get(AxState(s): AxState<Shared>) -> Response {
+    let st = lock(&s);
+    axum::Json(json!({"@odata.id": SETTINGS, "Attributes": {"UefiBootSeq": st.pending.clone().unwrap_or_default()}})).into_response()
+}
+
+async fn settings_patch(AxState(s): AxState<Shared>, body: Bytes) -> Response {
+    let mut st = lock(&s);
+    if st.unfinished() {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "IDRAC.2.8.SYS011",
+            "Pending configuration values are already committed, unable to perform another set operation.",
+        );
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.2.MalformedJSON",
+            "malformed JSON",
+        );
+    };
+    let Some(list) = v
+        .pointer("/Attributes/UefiBootSeq")
+        .and_then(Value::as_array)
+        .cloned()
+    else {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.2.PropertyMissing",
+            "Attributes.UefiBootSeq is required",
+        );
+    };
+    let mut want: Vec<String> = st
+        .listed()
+        .iter()
+        .map(|e| e["Id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let mut got: Vec<String> = list
+        .iter()
+        .map(|e| e["Id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    want.sort();
+    got.sort();
+    let mut idx: Vec<i64> = list.iter().filter_map(|e| e["Index"].as_i64()).collect();
+    idx.sort();
+    if want != got || idx != (0..list.len() as i64).collect::<Vec<_>>() {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "SYS405",
+            "The boot sequence must list every boot source once with indexes 0..n",
+        );
+    }
+    st.pending = Some(list);
+    (StatusCode::OK, axum::Json(json!({"@Message.ExtendedInfo": [{"MessageId": "SYS413", "Message": "The operation successfully completed."}]}))).into_response()
+}
+
+async fn jobs_list(AxState(s): AxState<Shared>) -> Response {
+    let st = lock(&s);
+    let members: Vec<Value> = st
+        .jobs
+        .keys()
+        .map(|id| json!({"@odata.id": format!("{JOBS}/{id}")}))
+        .collect();
+    axum::Json(json!({"@odata.id": JOBS, "Members": members, "Members@odata.count": members.len()}))
+        .into_response()
+}
+
+async fn jobs_post(AxState(s): AxState<Shared>, body: Bytes) -> Response {
+    let mut st = lock(&s);
+    let target = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["TargetSettingsURI"].as_str().map(String::from))
+        .unwrap_or_default();
+    if !st.cfg.job_targets.contains(&target.as_str()) {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "SYS030",
+            "Invalid TargetSettingsURI",
+        );
+    }
+    if st.unfinished() {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "IDRAC.2.8.SYS011",
+            "Pending configuration values are already committed.",
+        );
+    }
+    if st.pending.is_none() {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "SYS403",
+            "No pending data present to create a Configuration job",
+        );
+    }
+    let id = format!("JID_{}", st.next_job);
+    st.next_job += 1;
+    st.jobs.insert(
+        id.clone(),
+        Job {
+            id: id.clone(),
+            state: "Scheduled".into(),
+            target,
+        },
+    );
+    (
+        StatusCode::OK,
+        [("location", format!("{JOBS}/{id}"))],
+        axum::Json(json!({})),
+    )
+        .into_response()
+}
+
+async fn job_get(AxState(s): AxState<Shared>, Path(id): Path<String>) -> Response {
+    let st = lock(&s);
+    match st.jobs.get(&id) {
+        Some(j) => axum::Json(json!({"@odata.id": format!("{JOBS}/{id}"), "Id": j.id, "Name": "Configure: BIOS.Setup.1-1", "JobType": "BIOSConfiguration", "JobState": j.state, "PercentComplete": 0, "Message": "Task successfully scheduled.", "MessageId": "JCP001"})).into_response(),
+        None => dell_error(StatusCode::NOT_FOUND, "Base.1.2.ResourceMissingAtURI", "no such job"),
+    }
+}
+
+async fn job_delete(AxState(s): AxState<Shared>, Path(id): Path<String>) -> Response {
+    let mut st = lock(&s);
+    st.deletes.push((Instant::now(), id.clone()));
+    match st.jobs.remove(&id) {
+        Some(_) => (StatusCode::OK, axum::Json(json!({}))).into_response(),
+        None => dell_error(
+            StatusCode::NOT_FOUND,
+            "Base.1.2.ResourceMissingAtURI",
+            "no such job",
+        ),
+    }
+}
+
+async fn system_reset(AxState(s): AxState<Shared>, body: Bytes) -> Response {
+    let mut st = lock(&s);
+    let t = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["ResetType"].as_str().map(String::from))
+        .unwrap_or_default();
+    if ![
+        "On",
+        "ForceOff",
+        "ForceRestart",
+        "GracefulShutdown",
+        "PushPowerButton",
+        "Nmi",
+    ]
+    .contains(&t.as_str())
+    {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.2.PropertyValueNotInList",
+            "ResetType not allowed",
+        );
+    }
+    st.power_resets.push(t.clone());
+    if t == "On" || t == "ForceRestart" {
+        st.power_on = true;
+        // The scheduled configuration job runs during this boot.
+        let scheduled: Vec<String> = st
+            .jobs
+            .values()
+            .filter(|j| j.state == "Scheduled")
+            .map(|j| j.id.clone())
+            .collect();
+        if let Some(pending) = st.pending.take().filter(|_| !scheduled.is_empty()) {
+            st.boot = pending;
+        }
+        for id in scheduled {
+            if let Some(j) = st.jobs.get_mut(&id) {
+                j.state = "Completed".into();
+            }
+        }
+    } else if t == "ForceOff" || t == "GracefulShutdown" {
+        st.power_on = false;
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn manager(AxState(_s): AxState<Shared>) -> Response {
+    axum::Json(json!({"@odata.id": MANAGER, "Id": "iDRAC.Embedded.1", "ManagerType": "BMC"}))
+        .into_response()
+}
+
+async fn manager_reset(AxState(s): AxState<Shared>, body: Bytes) -> Response {
+    let t = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["ResetType"].as_str().map(String::from))
+        .unwrap_or_default();
+    if t != "GracefulRestart" {
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.2.PropertyValueNotInList",
+            "iDRAC allows only GracefulRestart",
+        );
+    }
+    let delay = {
+        let mut st = lock(&s);
+        st.bmc_resets += 1;
+        st.cfg.reset_delay
+    };
+    // The controller goes down shortly after it accepted the reset.
+    let s2 = s.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        s2.down.notify_one();
+    });
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn fallback(method: Method, uri: Uri) -> Response {
+    dell_error(
+        StatusCode::NOT_FOUND,
+        "Base.1.2.ResourceMissingAtURI",
+        &format!("{method} {} is not emulated", uri.path()),
+    )
+}
+
+pub struct Emulator {
+    pub addr: SocketAddr,
+    pub shared: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Emulator {
+    pub async fn start(cfg: Config) -> Self {
+        let shared: Shared = Arc::new(Shared0 {
+            state: Mutex::new(State::new(cfg)),
+            down: Notify::new(),
+        });
+        let app = Router::new()
+            .route(SYSTEM, get(system))
+            .route(SOURCES, get(sources))
+            .route(SETTINGS, get(settings_get).patch(settings_patch))
+            .route(BIOS_SETTINGS, axum::routing::patch(settings_patch))
+            .route(JOBS, get(jobs_list).post(jobs_post))
+            .route(&format!("{JOBS}/{{id}}"), get(job_get).delete(job_delete))
+            .route(
+                &format!("{SYSTEM}/Actions/ComputerSystem.Reset"),
+                post(system_reset),
+            )
+            .route(MANAGER, get(manager))
+            .route(
+                &format!("{MANAGER}/Actions/Manager.Reset"),
+                post(manager_reset),
+            )
+            .fallback(fallback)
+            .layer(axum::middleware::from_fn_with_state(shared.clone(), gate))
+            .with_state(shared.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let s = shared.clone();
+        let task = tokio::spawn(serve(listener, addr, app, s));
+        Self { addr, shared, task }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        f(&lock(&self.shared))
+    }
+}
+
+/// Accepts until a controller reset, then refuses connections (no
+/// listener at all) for the configured time, then listens again.
+async fn serve(mut listener: TcpListener, addr: SocketAddr, app: Router, s: Shared) {
+    loop {
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                acc = listener.accept() => {
+                    let Ok((stream, _)) = acc else { continue };
+                    let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+                    conns.spawn(async move {
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+                    });
+                }
+                () = s.down.notified() => break,
+            }
+        }
+        drop(listener);
+        conns.abort_all();
+        let down = lock(&s).cfg.down_after_reset;
+        tokio::time::sleep(down).await;
+        listener = loop {
+            match TcpListener::bind(addr).await {
+                Ok(l) => break l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+    }
+}
