@@ -94,7 +94,7 @@ fn run_render(args: &RenderArgs) -> Result<String, RenderError> {
     Ok(render::to_yaml_stream(&docs))
 }
 
-fn first_doc(path: &PathBuf) -> Result<serde_json::Value, RenderError> {
+fn first_doc(path: &std::path::Path) -> Result<serde_json::Value, RenderError> {
     render::load_documents(path)?
         .into_iter()
         .next()
@@ -103,7 +103,7 @@ fn first_doc(path: &PathBuf) -> Result<serde_json::Value, RenderError> {
 
 fn run_operate(args: &OperateArgs) -> Result<String, RenderError> {
     let bmh = first_doc(&args.bmh)?;
-    let input = args.input.as_ref().map(first_doc).transpose()?;
+    let input = args.input.as_deref().map(first_doc).transpose()?;
     let required = load_all(&args.required)?;
     let rendered = render::operate(&bmh, input.as_ref(), &required)?;
     Ok(render::to_yaml_stream(&rendered.documents))
