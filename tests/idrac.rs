@@ -460,3 +460,58 @@ async fn configuration_errors_exit_2() {
         );
     }
 }
+
+/// End to end: the Job the operation emits for a provisioning host runs,
+/// with its own args and env (secret refs filled in as the kubelet would),
+/// against the emulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emitted_job_runs_as_written() {
+    let emu = Emulator::start(Config::default()).await;
+    let host = serde_json::json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "r730", "namespace": "metal"},
+        "spec": {"bmc": {"address": format!("idrac-virtualmedia+http://{}/redfish/v1/Systems/System.Embedded.1", emu.addr), "credentialsName": "r730-bmc"}},
+        "status": {"provisioning": {"state": "provisioning"}, "errorCount": 0},
+    });
+    let input = serde_json::json!({"mediaWaitSeconds": 10});
+    let rendered = metalplane::render::operate(&host, Some(&input), &[]).expect("operate");
+    let job = &rendered.documents[1];
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"][0], "/usr/local/bin/metalplane-bmc");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_metalplane-bmc"));
+    cmd.env_clear();
+    for e in c["env"].as_array().expect("env") {
+        let name = e["name"].as_str().expect("name");
+        let value = match e
+            .pointer("/valueFrom/secretKeyRef/key")
+            .and_then(|k| k.as_str())
+        {
+            Some("username") => "root".to_string(),
+            Some("password") => PASS.to_string(),
+            Some(other) => panic!("unexpected secret key {other}"),
+            None => e["value"].as_str().expect("value").to_string(),
+        };
+        cmd.env(name, value);
+    }
+    let args: Vec<String> = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("arg").to_string())
+        .collect();
+    let out = cmd
+        .args(&args)
+        .args(["--backoff-initial", "20ms", "--poll", "50ms"])
+        .output()
+        .await
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("outcome=fixed"), "{stdout}");
+    emu.with(|st| assert_eq!(st.order()[0], VIRTUAL));
+}
