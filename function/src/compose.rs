@@ -11,7 +11,7 @@ use function_sdk_rust::resource::{json_to_struct, struct_to_json};
 use function_sdk_rust::response::{self, ResourceMatch};
 use serde_json::Value;
 
-use crate::builders::{capi, cni, ipam, metal3};
+use crate::builders::{capi, cni, fleet, ipam, lb, metal3};
 use crate::names::Names;
 use crate::spec::{self, MetalCluster};
 use crate::status::{self, Phase, Pool};
@@ -33,8 +33,35 @@ pub const NO_AVAILABLE_HOST: &str = "NoAvailableHost";
 /// workload API server exists.
 pub const CNI_RESOURCES: [&str; 3] = ["helm-providerconfig", "cilium", "cilium-needs-cluster"];
 
+/// The Modelplane family, composed once the workload API server exists.
+pub const FLEET_RESOURCES: [&str; 6] = [
+    "inference-kubeconfig",
+    "inference-class",
+    "inference-cluster",
+    "inference-needs-cluster",
+    "inference-needs-kubeconfig",
+    "inference-needs-class",
+];
+
+/// The LoadBalancer family, composed once Cilium (and its CRDs) is up.
+pub const LB_RESOURCES: [&str; 5] = [
+    "kubernetes-providerconfig",
+    "lb-pool",
+    "lb-l2policy",
+    "lb-pool-needs-cilium",
+    "lb-l2policy-needs-cilium",
+];
+
+/// Which optional families to compose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Families {
+    pub cni: bool,
+    pub fleet: bool,
+    pub lb: bool,
+}
+
 /// The composed graph in a stable order: (composition resource name, manifest).
-pub fn graph(mc: &MetalCluster, names: &Names, with_cni: bool) -> Vec<(&'static str, Value)> {
+pub fn graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'static str, Value)> {
     let mut out = vec![
         ("ippool", ipam::ippool(mc, names)),
         ("cluster", capi::cluster(mc, names)),
@@ -46,10 +73,28 @@ pub fn graph(mc: &MetalCluster, names: &Names, with_cni: bool) -> Vec<(&'static 
             capi::kubeadm_control_plane(mc, names),
         ),
     ];
-    if with_cni {
+    if families.cni {
         out.push(("helm-providerconfig", cni::helm_provider_config(mc, names)));
         out.push(("cilium", cni::cilium_release(mc, names)));
         out.push(("cilium-needs-cluster", cni::cilium_usage(mc, names)));
+    }
+    if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
+        out.push((
+            "inference-kubeconfig",
+            fleet::kubeconfig_copy(mc, names, inf),
+        ));
+        out.push(("inference-class", fleet::class(mc, names, inf)));
+        out.push(("inference-cluster", fleet::cluster(mc, names, inf)));
+        out.extend(fleet::usages(mc, names));
+    }
+    if let (true, Some(lb_range)) = (families.lb, &mc.spec.network.load_balancer) {
+        out.push((
+            "kubernetes-providerconfig",
+            lb::workload_provider_config(mc, names),
+        ));
+        out.push(("lb-pool", lb::pool(mc, names, lb_range)));
+        out.push(("lb-l2policy", lb::l2_policy(mc, names)));
+        out.extend(lb::usages(mc, names));
     }
     out
 }
@@ -70,9 +115,16 @@ pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
 /// The CNI objects need the workload kubeconfig, which exists only once the
 /// cluster is available. Once composed they stay, so a passing blip in the
 /// Cluster's conditions never uninstalls Cilium.
-pub fn cni_wanted(observed: &BTreeMap<String, Value>) -> bool {
-    status::is_ready("cluster", observed.get("cluster"))
-        || CNI_RESOURCES.iter().any(|n| observed.contains_key(*n))
+pub fn families(observed: &BTreeMap<String, Value>) -> Families {
+    let seen = |names: &[&str]| names.iter().any(|n| observed.contains_key(*n));
+    let cluster_up = status::is_ready("cluster", observed.get("cluster"));
+    Families {
+        cni: cluster_up || seen(&CNI_RESOURCES),
+        // Modelplane adopts through the workload kubeconfig.
+        fleet: cluster_up || seen(&FLEET_RESOURCES),
+        // Cilium's CRDs exist once Cilium runs.
+        lb: status::is_ready("cilium", observed.get("cilium")) || seen(&LB_RESOURCES),
+    }
 }
 
 fn fatal_message(xr: &Value, errors: &[spec::FieldError]) -> String {
@@ -125,7 +177,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
 
     let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
     let pool = status::pool_state(hosts.as_deref(), &names);
-    let phase = status::phase(&observed, pool);
+    let phase = status::phase(&observed, pool, mc.spec.inference.is_some());
     let ttl = if phase == Phase::Ready {
         TTL_READY
     } else {
@@ -143,7 +195,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         Some(mc.namespace.clone()),
     );
 
-    for (name, manifest) in graph(&mc, &names, cni_wanted(&observed)) {
+    for (name, manifest) in graph(&mc, &names, families(&observed)) {
         let Value::Object(map) = manifest else {
             continue;
         };
@@ -163,6 +215,9 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     let _ = function_sdk_rust::resource::update_status(composite, &xr_status);
 
     host_condition(&mut rsp, &xr, &mc, pool);
+    if mc.spec.inference.is_some() {
+        inference_condition(&mut rsp, &observed);
+    }
 
     if let Some(gpu) = &mc.spec.gpu
         && gpu.driver_installer_checksum.is_none()
@@ -206,6 +261,25 @@ fn host_condition(rsp: &mut RunFunctionResponse, xr: &Value, mc: &MetalCluster, 
                 "{claimable} available host(s) in pool {}; waiting for CAPM3 to claim one",
                 mc.spec.host.pool
             ));
+        }
+    }
+}
+
+fn inference_condition(rsp: &mut RunFunctionResponse, observed: &BTreeMap<String, Value>) {
+    match status::inference_gateway(observed.get("inference-cluster")) {
+        Some(addr) => {
+            response::condition_true(rsp, "InferenceReady", "GatewayReady").message = Some(
+                format!("the InferenceCluster is Ready and its gateway answers at {addr}"),
+            );
+        }
+        None if observed.contains_key("inference-cluster") => {
+            response::condition_false(rsp, "InferenceReady", "Joining").message =
+                Some("Modelplane is adopting the cluster; waiting for the InferenceCluster to be Ready with a gateway address".into());
+        }
+        None => {
+            response::condition_false(rsp, "InferenceReady", "WaitingForCluster").message = Some(
+                "the InferenceCluster is composed once the workload cluster is available".into(),
+            );
         }
     }
 }

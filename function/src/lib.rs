@@ -4,6 +4,7 @@
 pub mod builders;
 pub mod compose;
 pub mod function;
+pub mod inference;
 pub mod names;
 pub mod operate;
 pub mod render;

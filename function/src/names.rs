@@ -13,6 +13,17 @@ pub struct Names {
     pub helm_provider_config: String,
     pub cilium_release: String,
     pub cilium_usage: String,
+    pub workload_provider_config: String,
+    pub lb_pool: String,
+    pub l2_policy: String,
+    pub lb_pool_usage: String,
+    pub l2_policy_usage: String,
+    pub kubeconfig_copy: String,
+    pub inference_class: String,
+    pub inference_cluster: String,
+    pub inference_cluster_usage: String,
+    pub inference_secret_usage: String,
+    pub inference_class_usage: String,
 }
 
 impl Names {
@@ -28,12 +39,34 @@ impl Names {
             helm_provider_config: cluster.clone(),
             cilium_release: format!("{cluster}-cilium"),
             cilium_usage: format!("{cluster}-cilium-needs-cluster"),
+            workload_provider_config: cluster.clone(),
+            lb_pool: format!("{xr}-lb-pool"),
+            l2_policy: format!("{xr}-l2-policy"),
+            lb_pool_usage: format!("{xr}-lb-pool-needs-cilium"),
+            l2_policy_usage: format!("{xr}-l2-policy-needs-cilium"),
+            kubeconfig_copy: format!("{xr}-kubeconfig-copy"),
+            inference_class: format!("{xr}-inference-class"),
+            inference_cluster: format!("{xr}-inference-cluster"),
+            inference_cluster_usage: format!("{xr}-inference-needs-cluster"),
+            inference_secret_usage: format!("{xr}-inference-needs-secret"),
+            inference_class_usage: format!("{xr}-inference-needs-class"),
             cluster,
         }
     }
 
-    pub fn all(&self) -> [&str; 9] {
+    pub fn all(&self) -> [&str; 20] {
         [
+            &self.workload_provider_config,
+            &self.lb_pool,
+            &self.l2_policy,
+            &self.lb_pool_usage,
+            &self.l2_policy_usage,
+            &self.kubeconfig_copy,
+            &self.inference_class,
+            &self.inference_cluster,
+            &self.inference_cluster_usage,
+            &self.inference_secret_usage,
+            &self.inference_class_usage,
             &self.ippool,
             &self.node_prefix,
             &self.cluster,

@@ -76,6 +76,7 @@ pub struct Spec {
     pub cni: Cni,
     pub gpu: Option<Gpu>,
     pub access: Option<Access>,
+    pub inference: Option<crate::inference::Inference>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -92,6 +93,7 @@ pub struct Network {
     pub dns_server: Ipv4Addr,
     pub pod_cidr: Ipv4Net,
     pub service_cidr: Ipv4Net,
+    pub load_balancer: Option<crate::inference::LoadBalancer>,
 }
 
 impl Network {
@@ -123,6 +125,12 @@ pub struct Cni {
 pub struct Gpu {
     pub driver_installer_url: String,
     pub driver_installer_checksum: Option<String>,
+    /// Product name as the NVIDIA DRA driver reports it, e.g. "Tesla V100-PCIE-16GB".
+    pub model: Option<String>,
+    /// GPUs in the host.
+    pub count: Option<u32>,
+    /// Usable memory per GPU, a Kubernetes quantity (e.g. 16Gi).
+    pub memory: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -311,6 +319,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
 
     let gpu = parse_gpu(&mut r, xr);
     let access = parse_access(&mut r, xr);
+    let inference = crate::inference::parse(&mut r, xr, name.as_deref(), &namespace);
 
     if !r.errors.is_empty() {
         return Err(r.errors);
@@ -332,21 +341,31 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
             Some(network),
             Some(kubernetes),
             Some(cv),
-        ) => Ok(MetalCluster {
-            name,
-            namespace,
-            spec: Spec {
-                host: Host {
-                    pool,
-                    boot_interface,
+        ) => {
+            let mc = MetalCluster {
+                name,
+                namespace,
+                spec: Spec {
+                    host: Host {
+                        pool,
+                        boot_interface,
+                    },
+                    network,
+                    kubernetes,
+                    cni: Cni { cilium_version: cv },
+                    gpu: gpu.flatten(),
+                    access: access.flatten(),
+                    inference,
                 },
-                network,
-                kubernetes,
-                cni: Cni { cilium_version: cv },
-                gpu: gpu.flatten(),
-                access: access.flatten(),
-            },
-        }),
+            };
+            // Rules across sections need the whole, otherwise valid spec.
+            let errors = crate::inference::check(&mc);
+            if errors.is_empty() {
+                Ok(mc)
+            } else {
+                Err(errors)
+            }
+        }
         _ => Err(vec![FieldError {
             path: "spec".into(),
             value: None,
@@ -391,7 +410,9 @@ fn parse_network(r: &mut Reader, xr: &Value) -> Option<Network> {
     let pod_cidr = parse_cidr(r, xr, "spec.network.podCIDR", DEFAULT_POD_CIDR);
     let service_cidr = parse_cidr(r, xr, "spec.network.serviceCIDR", DEFAULT_SERVICE_CIDR);
 
+    let load_balancer = crate::inference::parse_load_balancer(r, xr);
     let network = Network {
+        load_balancer,
         node_ip: node_ip?,
         prefix: prefix?,
         gateway: gateway?,
@@ -524,9 +545,37 @@ fn parse_gpu(r: &mut Reader, xr: &Value) -> Option<Option<Gpu>> {
                 res.map(|_| c.to_ascii_lowercase()),
             )
         });
+    let model = r.opt_str(xr, "spec.gpu.model").and_then(|m| {
+        let ok = !m.trim().is_empty() && m.len() <= 253 && !m.contains(['\n', '\r']);
+        let res = if ok {
+            Ok(m.clone())
+        } else {
+            Err("must be a product name of at most 253 characters".to_string())
+        };
+        r.check("spec.gpu.model", &m, res)
+    });
+    let count = match r.opt_int(xr, "spec.gpu.count") {
+        Some(c) if (1..=64).contains(&c) => Some(c as u32),
+        Some(c) => {
+            r.fail(
+                "spec.gpu.count",
+                Some(&Value::from(c)),
+                "must be between 1 and 64",
+            );
+            None
+        }
+        None => None,
+    };
+    let memory = r.opt_str(xr, "spec.gpu.memory").and_then(|m| {
+        let res = validate::quantity(&m).map(|_| m.clone());
+        r.check("spec.gpu.memory", &m, res)
+    });
     Some(url.map(|driver_installer_url| Gpu {
         driver_installer_url,
         driver_installer_checksum: checksum,
+        model,
+        count,
+        memory,
     }))
 }
 

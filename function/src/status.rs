@@ -34,8 +34,29 @@ pub fn readiness_condition(resource_name: &str) -> Option<&'static str> {
     }
 }
 
+/// The InferenceCluster as provider-kubernetes last observed it.
+fn observed_manifest(object: &Value) -> Option<&Value> {
+    object.pointer("/status/atProvider/manifest")
+}
+
+/// The gateway address of a Ready InferenceCluster: Modelplane's signal
+/// that the cluster receives work.
+pub fn inference_gateway(object: Option<&Value>) -> Option<String> {
+    let m = observed_manifest(object?)?;
+    if !condition_is_true(m, "Ready") {
+        return None;
+    }
+    m.pointer("/status/gateway/address")
+        .and_then(Value::as_str)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+}
+
 /// Whether the observed composed resource named `resource_name` is ready.
 pub fn is_ready(resource_name: &str, observed: Option<&Value>) -> bool {
+    if resource_name == "inference-cluster" {
+        return inference_gateway(observed).is_some();
+    }
     match (observed, readiness_condition(resource_name)) {
         (None, _) => false,
         (Some(_), None) => true,
@@ -51,6 +72,9 @@ pub enum Phase {
     Bootstrapping,
     InstallingCNI,
     Ready,
+    /// CNI installed; Modelplane is adopting the cluster.
+    JoiningFleet,
+    InferenceReady,
 }
 
 impl Phase {
@@ -61,6 +85,8 @@ impl Phase {
             Phase::Bootstrapping => "Bootstrapping",
             Phase::InstallingCNI => "InstallingCNI",
             Phase::Ready => "Ready",
+            Phase::JoiningFleet => "JoiningFleet",
+            Phase::InferenceReady => "InferenceReady",
         }
     }
 }
@@ -132,10 +158,17 @@ pub fn pool_state<'a>(hosts: Option<&'a [Value]>, names: &Names) -> Pool<'a> {
     }
 }
 
-pub fn phase(observed: &BTreeMap<String, Value>, pool: Pool<'_>) -> Phase {
+pub fn phase(observed: &BTreeMap<String, Value>, pool: Pool<'_>, inference: bool) -> Phase {
     if is_ready("cluster", observed.get("cluster")) {
         if is_ready("cilium", observed.get("cilium")) {
-            Phase::Ready
+            match (
+                inference,
+                is_ready("inference-cluster", observed.get("inference-cluster")),
+            ) {
+                (false, _) => Phase::Ready,
+                (true, true) => Phase::InferenceReady,
+                (true, false) => Phase::JoiningFleet,
+            }
         } else {
             Phase::InstallingCNI
         }
@@ -162,10 +195,17 @@ pub fn xr_status(
         "kubeconfigSecret": names.kubeconfig_secret,
         "hostPool": mc.spec.host.pool,
         "controlPlaneAvailable": is_ready("cluster", observed.get("cluster")),
-        "phase": phase(observed, pool).as_str(),
+        "phase": phase(observed, pool, mc.spec.inference.is_some()).as_str(),
     });
     if let (Pool::Claimed(h), Value::Object(m)) = (pool, &mut status) {
         m.insert("host".into(), host_summary(h));
+    }
+    if let (Some(inf), Value::Object(m)) = (&mc.spec.inference, &mut status) {
+        let mut s = json!({"cluster": inf.cluster_name, "class": inf.class_name, "nodePool": inf.node_pool});
+        if let Some(addr) = inference_gateway(observed.get("inference-cluster")) {
+            s["gatewayAddress"] = json!(addr);
+        }
+        m.insert("inference".into(), s);
     }
     status
 }

@@ -455,3 +455,20 @@ pub fn ssh_public_key(k: &str) -> Check {
     }
     Ok(())
 }
+
+/// A Kubernetes quantity such as 16Gi, 80G or 40960Mi.
+pub fn quantity(q: &str) -> Check {
+    let digits = q.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &q[digits.len()..];
+    let number_ok = !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && digits.chars().filter(|c| *c == '.').count() <= 1
+        && !digits.starts_with('.')
+        && !digits.ends_with('.');
+    let suffix_ok = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "k", "M", "G", "T", "P"].contains(&suffix);
+    if number_ok && suffix_ok && q.len() <= 32 {
+        Ok(())
+    } else {
+        Err("must be a quantity such as 16Gi or 80G".into())
+    }
+}

@@ -38,6 +38,18 @@ pub fn node_labels_arg(labels: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// The spec's node labels plus the Modelplane pool label when inference is on.
+pub fn node_labels(mc: &MetalCluster) -> BTreeMap<String, String> {
+    let mut labels = mc.spec.kubernetes.node_labels.clone();
+    if let Some(inf) = &mc.spec.inference {
+        labels.insert(
+            crate::inference::POOL_LABEL.to_string(),
+            inf.node_pool.clone(),
+        );
+    }
+    labels
+}
+
 pub fn node_registration(mc: &MetalCluster) -> Value {
     json!({
         "name": NODE_NAME,
@@ -45,7 +57,7 @@ pub fn node_registration(mc: &MetalCluster) -> Value {
         "taints": [],
         "kubeletExtraArgs": [{
             "name": "node-labels",
-            "value": node_labels_arg(&mc.spec.kubernetes.node_labels),
+            "value": node_labels_arg(&node_labels(mc)),
         }],
     })
 }

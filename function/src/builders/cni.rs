@@ -3,12 +3,11 @@
 
 use serde_json::{Value, json};
 
-use super::{capi, object, with_spec};
+use super::{Ref, capi, object, usage, with_spec};
 use crate::names::Names;
 use crate::spec::MetalCluster;
 
 pub const HELM_API_VERSION: &str = "helm.m.crossplane.io/v1beta1";
-pub const USAGE_API_VERSION: &str = "protection.crossplane.io/v1beta1";
 pub const CILIUM_REPOSITORY: &str = "https://helm.cilium.io";
 
 pub fn helm_provider_config(mc: &MetalCluster, names: &Names) -> Value {
@@ -34,15 +33,23 @@ pub fn helm_provider_config(mc: &MetalCluster, names: &Names) -> Value {
 /// Cilium values: one operator for one node, node pod CIDRs from
 /// Kubernetes, and L2 announcements since bare metal has no cloud load
 /// balancer.
-pub fn cilium_values() -> Value {
-    json!({
+pub fn cilium_values(mc: &MetalCluster) -> Value {
+    let mut v = json!({
         "operator": {"replicas": 1},
         "ipam": {"mode": "kubernetes"},
         "l2announcements": {"enabled": true},
         // L2 announcement leases renew through the API server; the default
         // client rate limit starves them.
         "k8sClientRateLimit": {"qps": 50, "burst": 100},
-    })
+    });
+    if mc.spec.network.load_balancer.is_some() {
+        // L2 announcements of LoadBalancer IPs need kube-proxy replacement,
+        // which needs to reach the API server without the Service VIP.
+        v["kubeProxyReplacement"] = json!(true);
+        v["k8sServiceHost"] = json!(mc.spec.network.node_ip.to_string());
+        v["k8sServicePort"] = json!(super::metal3::API_SERVER_PORT);
+    }
+    v
 }
 
 pub fn cilium_release(mc: &MetalCluster, names: &Names) -> Value {
@@ -57,28 +64,17 @@ pub fn cilium_release(mc: &MetalCluster, names: &Names) -> Value {
                     "version": mc.spec.cni.cilium_version,
                 },
                 "namespace": "kube-system",
-                "values": cilium_values(),
+                "values": cilium_values(mc),
             },
         }),
     )
 }
 
 pub fn cilium_usage(mc: &MetalCluster, names: &Names) -> Value {
-    with_spec(
-        object(mc, USAGE_API_VERSION, "Usage", &names.cilium_usage),
-        json!({
-            "of": {
-                "apiVersion": capi::CLUSTER_API_VERSION,
-                "kind": "Cluster",
-                "resourceRef": {"name": names.cluster},
-            },
-            "by": {
-                "apiVersion": HELM_API_VERSION,
-                "kind": "Release",
-                "resourceRef": {"name": names.cilium_release},
-            },
-            // Retry the Cluster's deletion as soon as the Release is gone.
-            "replayDeletion": true,
-        }),
+    usage(
+        mc,
+        &names.cilium_usage,
+        Ref(capi::CLUSTER_API_VERSION, "Cluster", &names.cluster),
+        Ref(HELM_API_VERSION, "Release", &names.cilium_release),
     )
 }

@@ -4,7 +4,9 @@
 pub mod bootstrap;
 pub mod capi;
 pub mod cni;
+pub mod fleet;
 pub mod ipam;
+pub mod lb;
 pub mod metal3;
 
 use serde_json::{Value, json};
@@ -29,4 +31,40 @@ pub(crate) fn with_spec(mut obj: Value, spec: Value) -> Value {
         m.insert("spec".into(), spec);
     }
     obj
+}
+
+pub const USAGE_API_VERSION: &str = "protection.crossplane.io/v1beta1";
+pub const OBJECT_API_VERSION: &str = "kubernetes.m.crossplane.io/v1alpha1";
+
+/// A namespaced reference (apiVersion, kind, name) for a Usage.
+pub(crate) struct Ref<'a>(pub &'a str, pub &'a str, pub &'a str);
+
+/// A Usage: `by` uses `of`, so `of` is deleted only after `by` is gone;
+/// replayDeletion retries the blocked deletion as soon as it may proceed.
+pub(crate) fn usage(mc: &MetalCluster, name: &str, of: Ref<'_>, by: Ref<'_>) -> Value {
+    with_spec(
+        object(mc, USAGE_API_VERSION, "Usage", name),
+        json!({
+            "of": {"apiVersion": of.0, "kind": of.1, "resourceRef": {"name": of.2}},
+            "by": {"apiVersion": by.0, "kind": by.1, "resourceRef": {"name": by.2}},
+            "replayDeletion": true,
+        }),
+    )
+}
+
+/// A provider-kubernetes Object applying `manifest` through a ProviderConfig.
+pub(crate) fn k8s_object(
+    mc: &MetalCluster,
+    name: &str,
+    manifest: Value,
+    pc_kind: &str,
+    pc_name: &str,
+) -> Value {
+    with_spec(
+        object(mc, OBJECT_API_VERSION, "Object", name),
+        json!({
+            "forProvider": {"manifest": manifest},
+            "providerConfigRef": {"kind": pc_kind, "name": pc_name},
+        }),
+    )
 }

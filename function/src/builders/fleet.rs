@@ -1,0 +1,115 @@
+//! Joining the Modelplane fleet: the kubeconfig copy, the InferenceClass
+//! and the InferenceCluster, as provider-kubernetes Objects (a namespaced XR
+//! cannot compose Modelplane's cluster-scoped XRs directly).
+
+use serde_json::{Value, json};
+
+use super::{OBJECT_API_VERSION, Ref, capi, k8s_object, usage};
+use crate::inference::{self, Inference, MODELPLANE_NAMESPACE};
+use crate::names::Names;
+use crate::spec::MetalCluster;
+
+pub const MODELPLANE_API_VERSION: &str = "modelplane.ai/v1alpha1";
+
+fn management(inf: &Inference) -> (&str, &str) {
+    (&inf.provider_config.kind, &inf.provider_config.name)
+}
+
+/// The CAPI kubeconfig copied into modelplane-system. Its data is patched
+/// in by provider-kubernetes from the source Secret, so it never passes
+/// through this function.
+pub fn kubeconfig_copy(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
+    let manifest = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": inf.secret_name,
+            "namespace": MODELPLANE_NAMESPACE,
+            "labels": {"app.kubernetes.io/managed-by": "metalplane", "metal.kube.farm/cluster": format!("{}.{}", mc.name, mc.namespace)},
+        },
+        "type": "Opaque",
+    });
+    let (kind, name) = management(inf);
+    let mut obj = k8s_object(mc, &names.kubeconfig_copy, manifest, kind, name);
+    obj["spec"]["references"] = json!([{
+        "patchesFrom": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "name": names.kubeconfig_secret,
+            "namespace": mc.namespace,
+            "fieldPath": "data.value",
+        },
+        "toFieldPath": "data.value",
+    }]);
+    obj
+}
+
+pub fn class(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
+    let manifest = json!({
+        "apiVersion": MODELPLANE_API_VERSION,
+        "kind": "InferenceClass",
+        "metadata": {"name": inf.class_name},
+        "spec": {
+            "description": inference::description(mc, inf),
+            "devices": inference::devices(mc, inf),
+        },
+    });
+    let (kind, name) = management(inf);
+    k8s_object(mc, &names.inference_class, manifest, kind, name)
+}
+
+pub fn cluster(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
+    let mut existing = json!({"secretRef": {"name": inf.secret_name, "key": "value"}});
+    if let Some(sc) = &inf.cache_storage_class {
+        existing["cache"] = json!({"storageClassName": sc});
+    }
+    let manifest = json!({
+        "apiVersion": MODELPLANE_API_VERSION,
+        "kind": "InferenceCluster",
+        "metadata": {"name": inf.cluster_name},
+        "spec": {
+            "cluster": {"source": "Existing", "existing": existing},
+            "nodePools": [{"name": inf.node_pool, "className": inf.class_name, "nodeCount": 1}],
+        },
+    });
+    let (kind, name) = management(inf);
+    let mut obj = k8s_object(mc, &names.inference_cluster, manifest, kind, name);
+    // The Object is Ready when the InferenceCluster is.
+    obj["spec"]["readiness"] = json!({"policy": "DeriveFromObject"});
+    obj
+}
+
+/// Teardown order: the InferenceCluster goes first (Modelplane drains the
+/// cluster while it still exists), then the kubeconfig copy and the class.
+pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 3] {
+    let by = || Ref(OBJECT_API_VERSION, "Object", &names.inference_cluster);
+    [
+        (
+            "inference-needs-cluster",
+            usage(
+                mc,
+                &names.inference_cluster_usage,
+                Ref(capi::CLUSTER_API_VERSION, "Cluster", &names.cluster),
+                by(),
+            ),
+        ),
+        (
+            "inference-needs-kubeconfig",
+            usage(
+                mc,
+                &names.inference_secret_usage,
+                Ref(OBJECT_API_VERSION, "Object", &names.kubeconfig_copy),
+                by(),
+            ),
+        ),
+        (
+            "inference-needs-class",
+            usage(
+                mc,
+                &names.inference_class_usage,
+                Ref(OBJECT_API_VERSION, "Object", &names.inference_class),
+                by(),
+            ),
+        ),
+    ]
+}

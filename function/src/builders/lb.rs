@@ -1,0 +1,98 @@
+//! LoadBalancer addresses on the workload cluster: a Cilium LB IPAM pool
+//! and an L2 announcement policy, applied through provider-kubernetes with
+//! the workload kubeconfig.
+
+use serde_json::{Value, json};
+
+use super::{OBJECT_API_VERSION, Ref, cni, k8s_object, object, usage, with_spec};
+use crate::inference::LoadBalancer;
+use crate::names::Names;
+use crate::spec::MetalCluster;
+
+pub const K8S_PC_API_VERSION: &str = "kubernetes.m.crossplane.io/v1alpha1";
+/// Names of the cluster-scoped Cilium objects inside the workload cluster.
+pub const POOL_NAME: &str = "metalplane-lb";
+pub const POLICY_NAME: &str = "metalplane-l2";
+
+/// provider-kubernetes credentials for the workload cluster.
+pub fn workload_provider_config(mc: &MetalCluster, names: &Names) -> Value {
+    with_spec(
+        object(
+            mc,
+            K8S_PC_API_VERSION,
+            "ProviderConfig",
+            &names.workload_provider_config,
+        ),
+        json!({"credentials": {
+            "source": "Secret",
+            "secretRef": {"namespace": mc.namespace, "name": names.kubeconfig_secret, "key": "value"},
+        }}),
+    )
+}
+
+pub fn pool(mc: &MetalCluster, names: &Names, lb: &LoadBalancer) -> Value {
+    let manifest = json!({
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumLoadBalancerIPPool",
+        "metadata": {"name": POOL_NAME},
+        "spec": {"blocks": [lb.block()]},
+    });
+    k8s_object(
+        mc,
+        &names.lb_pool,
+        manifest,
+        "ProviderConfig",
+        &names.workload_provider_config,
+    )
+}
+
+pub fn l2_policy(mc: &MetalCluster, names: &Names) -> Value {
+    let manifest = json!({
+        "apiVersion": "cilium.io/v2alpha1",
+        "kind": "CiliumL2AnnouncementPolicy",
+        "metadata": {"name": POLICY_NAME},
+        "spec": {
+            // Answer ARP for LoadBalancer IPs on the node's own NIC only.
+            "interfaces": [format!("^{}$", regex_escape(&mc.spec.host.boot_interface))],
+            "loadBalancerIPs": true,
+            "externalIPs": false,
+        },
+    });
+    k8s_object(
+        mc,
+        &names.l2_policy,
+        manifest,
+        "ProviderConfig",
+        &names.workload_provider_config,
+    )
+}
+
+/// Interface names allow '.', the one regex metacharacter to escape.
+fn regex_escape(s: &str) -> String {
+    s.replace('.', "\\.")
+}
+
+/// The LB objects go before Cilium: Cilium's operator must clean up.
+pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 2] {
+    let cilium = Ref(cni::HELM_API_VERSION, "Release", &names.cilium_release);
+    [
+        (
+            "lb-pool-needs-cilium",
+            usage(
+                mc,
+                &names.lb_pool_usage,
+                Ref(cilium.0, cilium.1, cilium.2),
+                Ref(OBJECT_API_VERSION, "Object", &names.lb_pool),
+            ),
+        ),
+        (
+            "lb-l2policy-needs-cilium",
+            usage(
+                mc,
+                &names.l2_policy_usage,
+                cilium,
+                Ref(OBJECT_API_VERSION, "Object", &names.l2_policy),
+            ),
+        ),
+    ]
+}
