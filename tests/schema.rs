@@ -116,6 +116,7 @@ fn packaged_manifests_validate() {
         "apis/metalclusters/definition.yaml",
         "apis/metalclusters/composition.yaml",
         "examples/metalcluster/r730.yaml",
+        "examples/metalcluster/r730-inference.yaml",
     ] {
         for doc in load_yaml(&root.join(f)) {
             let p = schemas.problems(&doc);
