@@ -18,6 +18,9 @@ use crate::status::first_n_and_more;
 /// The annotation Crossplane uses to match observed to desired resources.
 pub const RESOURCE_NAME_ANNOTATION: &str = "crossplane.io/composition-resource-name";
 
+/// The label Crossplane puts on composed resources, naming their XR.
+pub const COMPOSITE_LABEL: &str = "crossplane.io/composite";
+
 /// crossplane render stamps conditions with this fixed time.
 pub const RENDER_TIME: &str = "2024-01-01T00:00:00Z";
 
@@ -324,10 +327,26 @@ pub fn render(xr: &Value, observed: &[Value], required: &[Value]) -> Result<Rend
             .map(struct_to_json)
             .unwrap_or_else(|| json!({}));
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            // What Crossplane adds to every composed resource it applies.
             let ann = meta.entry("annotations").or_insert_with(|| json!({}));
             if let Value::Object(a) = ann {
                 a.insert(RESOURCE_NAME_ANNOTATION.into(), json!(name));
             }
+            let labels = meta.entry("labels").or_insert_with(|| json!({}));
+            if let Value::Object(l) = labels {
+                l.insert(COMPOSITE_LABEL.into(), json!(str_at(xr, "/metadata/name")));
+            }
+            meta.insert(
+                "ownerReferences".into(),
+                json!([{
+                    "apiVersion": str_at(xr, "/apiVersion"),
+                    "kind": str_at(xr, "/kind"),
+                    "name": str_at(xr, "/metadata/name"),
+                    "uid": str_at(xr, "/metadata/uid"),
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }]),
+            );
         }
         documents.push(obj);
     }
@@ -422,23 +441,38 @@ pub fn operate(
         .as_ref()
         .map(struct_to_json)
         .unwrap_or_else(|| json!({}));
-    let mut documents = vec![json!({
-        "apiVersion": "ops.crossplane.io/v1alpha1",
-        "kind": "Operation",
-        "metadata": {"name": format!("{}-remediation", str_at(watched, "/metadata/name"))},
-        "status": {"pipeline": [{"step": "metalplane", "output": output}]},
-    })];
     let mut desired: Vec<(&String, &Resource)> = rsp
         .desired
         .as_ref()
         .map(|d| d.resources.iter().collect())
         .unwrap_or_default();
     desired.sort_by(|a, b| a.0.cmp(b.0));
-    documents.extend(
-        desired
-            .into_iter()
-            .filter_map(|(_, r)| r.resource.as_ref().map(struct_to_json)),
-    );
+    let applied: Vec<Value> = desired
+        .iter()
+        .filter_map(|(_, r)| r.resource.as_ref().map(struct_to_json))
+        .collect();
+    let mut status = json!({"pipeline": [{"step": "metalplane", "output": output}]});
+    if !applied.is_empty() {
+        // What Crossplane records of the resources an operation applied.
+        status["appliedResourceRefs"] = applied
+            .iter()
+            .map(|o| {
+                json!({
+                    "apiVersion": str_at(o, "/apiVersion"),
+                    "kind": str_at(o, "/kind"),
+                    "name": str_at(o, "/metadata/name"),
+                    "namespace": str_at(o, "/metadata/namespace"),
+                })
+            })
+            .collect();
+    }
+    let mut documents = vec![json!({
+        "apiVersion": "ops.crossplane.io/v1alpha1",
+        "kind": "Operation",
+        "metadata": {"name": format!("{}-remediation", str_at(watched, "/metadata/name"))},
+        "status": status,
+    })];
+    documents.extend(applied);
     Ok(Rendered {
         documents,
         results,
