@@ -452,7 +452,7 @@ pub fn operate(
         .filter_map(|(_, r)| r.resource.as_ref().map(struct_to_json))
         .collect();
     let mut status = json!({"pipeline": [{"step": "metalplane", "output": output}]});
-    if !applied.is_empty() {
+    {
         // What Crossplane records of the resources an operation applied.
         status["appliedResourceRefs"] = applied
             .iter()
