@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One command for every benchmark: criterion (in process) and the load
+# generator against the Python-SDK and KCL peers, side by side. Writes
+# benches/results.md and prints it.
+#   benches/run.sh            # COUNT=5000 requests per concurrency level
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COUNT="${COUNT:-5000}"
+VENV=.cache/bench-venv
+if ! "$VENV/bin/python" -c "import crossplane.function, kcl_lib" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+    crossplane-function-sdk-python==0.15.1 kcl-lib==0.13.2
+fi
+cargo build --release --locked -p function-metalplane -p metalplane-bench
+
+# In process: criterion, with response::to as the floor measured in the same run.
+cargo bench --locked -p metalplane-bench --bench compose -- --noplot >/dev/null
+criterion=$(python3 - <<'PY'
+import json, pathlib
+root = pathlib.Path("target/criterion/function")
+rows = []
+for est in sorted(root.glob("*/new/estimates.json")):
+    bench = json.loads((est.parent / "benchmark.json").read_text())["function_id"]
+    e = json.loads(est.read_text())
+    rows.append((bench, e["median"]["point_estimate"], e["mean"]["point_estimate"]))
+floor = next(m for b, m, _ in rows if b.startswith("floor"))
+print("| benchmark | median | mean | median / floor |")
+print("|---|---:|---:|---:|")
+for b, med, mean in rows:
+    print(f"| {b} | {med/1000:.1f} µs | {mean/1000:.1f} µs | {med/floor:.1f}x |")
+PY
+)
+
+PY="$VENV/bin/python"
+./target/release/loadgen --count "$COUNT" --concurrency 1,4,16 \
+  --server 'metalplane=target/release/function-metalplane --insecure --address 127.0.0.1:{port} --metrics-address ""' \
+  --server "python-sdk=$PY benches/peers/python_peer.py --insecure --address 127.0.0.1:{port}" \
+  --server "kcl-in-python=$PY benches/peers/kcl_peer.py --insecure --address 127.0.0.1:{port}" \
+  --results target/loadgen.md
+
+{
+  echo "# MetalPlane benchmarks"
+  echo
+  echo "Run: $(date -u +%Y-%m-%dT%H:%MZ) by \`benches/run.sh\` (COUNT=$COUNT)."
+  echo
+  echo "## In process (criterion)"
+  echo
+  echo "$criterion"
+  echo
+  echo "## Over gRPC on loopback (loadgen)"
+  echo
+  cat target/loadgen.md
+} > benches/results.md
+cat benches/results.md
