@@ -37,6 +37,7 @@ PY="$VENV/bin/python"
   --server 'metalplane=target/release/function-metalplane --insecure --address 127.0.0.1:{port} --metrics-address ""' \
   --server "python-sdk=$PY benches/peers/python_peer.py --insecure --address 127.0.0.1:{port}" \
   --server "kcl-in-python=$PY benches/peers/kcl_peer.py --insecure --address 127.0.0.1:{port}" \
+  --floor 'floor:echo-rust-sdk=target/release/echo-fn --insecure --address 127.0.0.1:{port} --metrics-address ""' \
   --results target/loadgen.md
 
 {

@@ -145,6 +145,16 @@ proptest! {
     }
 }
 
+proptest! {
+    /// The consuming conversion equals the SDK's borrowing one.
+    #[test]
+    fn into_struct_equals_the_sdk_conversion(m in prop::collection::btree_map("[a-zA-Z./-]{1,12}", value(), 0..6)) {
+        let map: serde_json::Map<String, Value> = m.into_iter().collect();
+        let sdk = function_sdk_rust::resource::json_to_struct(&map);
+        prop_assert_eq!(metalplane::compose::into_struct(map), sdk);
+    }
+}
+
 /// Guards the property itself: the generator reaches both outcomes.
 #[test]
 fn generators_reach_both_outcomes() {

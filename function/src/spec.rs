@@ -158,25 +158,24 @@ impl Reader {
     /// treated as absent.
     pub fn lookup<'v>(&mut self, root: &'v Value, path: &str) -> Option<&'v Value> {
         let mut cur = root;
-        let mut walked = String::new();
+        // Byte offset of the end of the parent path walked so far; the
+        // parent's name is only built when it is not an object.
+        let mut parent_end: usize = 0;
         for part in path.split('.') {
-            if !walked.is_empty() {
-                walked.push('.');
-            }
-            walked.push_str(part);
             match cur {
                 Value::Object(m) => match m.get(part) {
                     Some(Value::Null) | None => return None,
                     Some(v) => cur = v,
                 },
                 other => {
-                    let parent = walked.rsplit_once('.').map(|p| p.0).unwrap_or("");
+                    let parent = &path[..parent_end.saturating_sub(1)];
                     if !self.errors.iter().any(|e| e.path == parent) {
                         self.fail(parent, Some(other), "must be an object");
                     }
                     return None;
                 }
             }
+            parent_end += part.len() + 1;
         }
         Some(cur)
     }
