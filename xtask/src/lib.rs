@@ -301,8 +301,8 @@ pub fn write_image(
     io(path.display().to_string(), std::fs::write(path, data))
 }
 
-/// Static release binaries of both programs.
-pub fn build_binaries() -> Result<PathBuf, Error> {
+/// Static release binaries of both programs, built in `target_dir`.
+pub fn build_binaries(target_dir: &Path) -> Result<PathBuf, Error> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(repo_root())
@@ -318,6 +318,8 @@ pub fn build_binaries() -> Result<PathBuf, Error> {
             "-p",
             "metalplane-bmc",
         ])
+        .arg("--target-dir")
+        .arg(target_dir)
         .status()
         .map_err(|e| Error::Build(format!("cannot run cargo: {e}")))?;
     if !status.success() {
@@ -325,7 +327,7 @@ pub fn build_binaries() -> Result<PathBuf, Error> {
             "cargo build of the static binaries failed".into(),
         ));
     }
-    Ok(repo_root().join("target").join(TARGET).join("release"))
+    Ok(target_dir.join(TARGET).join("release"))
 }
 
 /// The runtime layer: both binaries, an /etc/passwd naming UID 2000, and
@@ -400,6 +402,12 @@ pub fn assemble(bin_dir: &Path, out: &Path) -> Result<Outputs, Error> {
 
 /// The one command: build static binaries, then both images.
 pub fn package() -> Result<Outputs, Error> {
-    let bins = build_binaries()?;
+    package_in(&repo_root().join("target"))
+}
+
+/// [`package`] with the binaries built in another target directory (a test
+/// running under `cargo test` must not wait on the lock of its own).
+pub fn package_in(target_dir: &Path) -> Result<Outputs, Error> {
+    let bins = build_binaries(target_dir)?;
     assemble(&bins, &out_dir())
 }
