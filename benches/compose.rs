@@ -8,8 +8,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use function_sdk_rust::proto::v1::{Resource, Resources, RunFunctionRequest};
-use function_sdk_rust::resource::json_to_struct;
+use function_sdk_rust::proto::v1::RunFunctionRequest;
 use metalplane::render;
 use serde_json::Value;
 
@@ -22,19 +21,7 @@ fn load(p: &str) -> Vec<Value> {
 }
 
 fn with_hosts(mut req: RunFunctionRequest, hosts: &[Value]) -> RunFunctionRequest {
-    let items = hosts
-        .iter()
-        .filter_map(|h| {
-            h.as_object().map(|m| Resource {
-                resource: Some(json_to_struct(m)),
-                ..Default::default()
-            })
-        })
-        .collect();
-    req.required_resources.insert(
-        metalplane::compose::HOSTS_REQUIREMENT.into(),
-        Resources { items },
-    );
+    render::with_required(&mut req, metalplane::compose::HOSTS_REQUIREMENT, hosts).expect("hosts");
     req
 }
 

@@ -130,20 +130,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Operate(args)) => finish(run_operate(&args)),
-        Some(Command::Render(args)) => match run_render(&args) {
-            Ok(out) => {
-                print!("{out}");
-                ExitCode::SUCCESS
-            }
-            Err(RenderError::Fatal(msg)) => {
-                eprintln!("fatal: {msg}");
-                ExitCode::from(2)
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Some(Command::Render(args)) => finish(run_render(&args)),
         None => serve(&cli.serve),
     }
 }

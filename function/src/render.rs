@@ -297,14 +297,8 @@ fn xr_document(xr: &Value, rsp: &RunFunctionResponse) -> Value {
     })
 }
 
-/// Renders an XR: the full offline path behind `function-metalplane render`.
-pub fn render(xr: &Value, observed: &[Value], required: &[Value]) -> Result<Rendered, RenderError> {
-    let rsp = run(xr, observed, required)?;
-    let results: Vec<(String, String)> = rsp
-        .results
-        .iter()
-        .map(|r| (severity_name(r.severity).to_string(), r.message.clone()))
-        .collect();
+/// The function's results as (severity, message); a Fatal one is the error.
+fn results_or_fatal(rsp: &RunFunctionResponse) -> Result<Vec<(String, String)>, RenderError> {
     if let Some(f) = rsp
         .results
         .iter()
@@ -312,6 +306,32 @@ pub fn render(xr: &Value, observed: &[Value], required: &[Value]) -> Result<Rend
     {
         return Err(RenderError::Fatal(f.message.clone()));
     }
+    Ok(rsp
+        .results
+        .iter()
+        .map(|r| (severity_name(r.severity).to_string(), r.message.clone()))
+        .collect())
+}
+
+/// Adds resolved required resources under `name`, as Crossplane sends them.
+pub fn with_required(
+    req: &mut RunFunctionRequest,
+    name: &str,
+    items: &[Value],
+) -> Result<(), RenderError> {
+    let items = items
+        .iter()
+        .map(to_resource)
+        .collect::<Result<Vec<_>, _>>()?;
+    req.required_resources
+        .insert(name.to_string(), Resources { items });
+    Ok(())
+}
+
+/// Renders an XR: the full offline path behind `function-metalplane render`.
+pub fn render(xr: &Value, observed: &[Value], required: &[Value]) -> Result<Rendered, RenderError> {
+    let rsp = run(xr, observed, required)?;
+    let results = results_or_fatal(&rsp)?;
 
     let mut documents = vec![xr_document(xr, &rsp)];
     let mut composed: Vec<(&String, &Resource)> = rsp
@@ -424,18 +444,7 @@ pub fn operate(
     required: &[Value],
 ) -> Result<Rendered, RenderError> {
     let rsp = iterate(operation_request(watched, input)?, required);
-    let results: Vec<(String, String)> = rsp
-        .results
-        .iter()
-        .map(|r| (severity_name(r.severity).to_string(), r.message.clone()))
-        .collect();
-    if let Some(f) = rsp
-        .results
-        .iter()
-        .find(|r| r.severity == Severity::Fatal as i32)
-    {
-        return Err(RenderError::Fatal(f.message.clone()));
-    }
+    let results = results_or_fatal(&rsp)?;
     let output = rsp
         .output
         .as_ref()

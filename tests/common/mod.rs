@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use function_sdk_rust::proto::v1::{Resource, Resources, RunFunctionRequest, Severity};
-use function_sdk_rust::resource::{json_to_struct, struct_to_json};
+use function_sdk_rust::proto::v1::{RunFunctionRequest, Severity};
+use function_sdk_rust::resource::struct_to_json;
 use metalplane::render;
 use serde_json::{Value, json};
 
@@ -399,17 +399,7 @@ pub fn request(
         .collect();
     let mut req = render::request(xr, &docs).expect("request builds");
     if let Some(hs) = hosts {
-        let items = hs
-            .iter()
-            .map(|h| Resource {
-                resource: h.as_object().map(json_to_struct),
-                ..Default::default()
-            })
-            .collect();
-        req.required_resources.insert(
-            metalplane::compose::HOSTS_REQUIREMENT.into(),
-            Resources { items },
-        );
+        render::with_required(&mut req, metalplane::compose::HOSTS_REQUIREMENT, hs).expect("hosts");
     }
     req
 }
