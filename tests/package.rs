@@ -57,8 +57,9 @@ fn built() -> xtask::Outputs {
     let o = xtask::Outputs {
         runtime: out.join("metalplane-runtime.oci.tar"),
         xpkg: out.join("function-metalplane.xpkg"),
+        configuration: out.join("configuration-metalplane.xpkg"),
     };
-    if !o.xpkg.exists() || !o.runtime.exists() {
+    if !o.xpkg.exists() || !o.runtime.exists() || !o.configuration.exists() {
         return xtask::package_in(&xtask::repo_root().join("target/package-test"))
             .expect("cargo xtask package");
     }
@@ -204,4 +205,65 @@ fn layers_are_reproducible() {
     let a = xtask::package_layer().expect("layer");
     let b = xtask::package_layer().expect("layer");
     assert_eq!(a.digest, b.digest, "same inputs, same digest");
+}
+
+#[test]
+fn the_configuration_package_carries_the_api_and_depends_on_the_function() {
+    let o = built();
+    let all = entries(&o.configuration);
+    let index = json(&all["index.json"]);
+    let manifest = json(blob(
+        &all,
+        index["manifests"][0]["digest"].as_str().expect("d"),
+    ));
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1);
+    assert_eq!(layers[0]["annotations"]["io.crossplane.xpkg"], "base");
+    let files = layer_files(blob(&all, layers[0]["digest"].as_str().expect("d")));
+    let text = String::from_utf8(files["package.yaml"].2.clone()).expect("utf-8");
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("package.yaml parses"))
+        .collect();
+    assert_eq!(
+        (docs[0]["apiVersion"].as_str(), docs[0]["kind"].as_str()),
+        (Some("meta.pkg.crossplane.io/v1"), Some("Configuration"))
+    );
+    let deps: Vec<String> = docs[0]["spec"]["dependsOn"]
+        .as_array()
+        .expect("dependsOn")
+        .iter()
+        .map(|d| {
+            d["function"]
+                .as_str()
+                .or(d["provider"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    for want in [
+        "function-metalplane",
+        "provider-helm",
+        "provider-kubernetes",
+    ] {
+        assert!(
+            deps.iter().any(|d| d.ends_with(want)),
+            "depends on {want}: {deps:?}"
+        );
+    }
+    let kinds: Vec<&str> = docs[1..]
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "CompositeResourceDefinition",
+            "Composition",
+            "WatchOperation"
+        ]
+    );
+    assert!(
+        !kinds.contains(&"ClusterRole"),
+        "ClusterRoles cannot ship in a Configuration"
+    );
 }

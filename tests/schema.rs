@@ -115,6 +115,7 @@ fn packaged_manifests_validate() {
     for f in [
         "apis/metalclusters/definition.yaml",
         "apis/metalclusters/composition.yaml",
+        "apis/crossplane.yaml",
         "examples/metalcluster/r730.yaml",
         "examples/metalcluster/r730-inference.yaml",
     ] {

@@ -363,6 +363,25 @@ pub fn runtime_layer(bin_dir: &Path) -> Result<Layer, Error> {
     layer(&refs, "metalplane binaries (static, run as 2000:2000)")
 }
 
+/// The Configuration's package.yaml: its metadata, the XRD, the
+/// Composition and the WatchOperation.
+pub fn configuration_yaml() -> Result<String, Error> {
+    let root = repo_root();
+    let mut out = String::new();
+    for f in [
+        "apis/crossplane.yaml",
+        "apis/metalclusters/definition.yaml",
+        "apis/metalclusters/composition.yaml",
+        "apis/operations/watchoperation.yaml",
+    ] {
+        if !out.is_empty() {
+            out.push_str("\n---\n");
+        }
+        out.push_str(&io(f, std::fs::read_to_string(root.join(f)))?);
+    }
+    Ok(out)
+}
+
 pub fn package_layer() -> Result<Layer, Error> {
     layer(
         &[("package.yaml", 0o644, package_yaml()?.into_bytes())],
@@ -374,6 +393,7 @@ pub fn package_layer() -> Result<Layer, Error> {
 pub struct Outputs {
     pub runtime: PathBuf,
     pub xpkg: PathBuf,
+    pub configuration: PathBuf,
 }
 
 /// Builds the runtime image tarball and the .xpkg from binaries in `bin_dir`.
@@ -384,6 +404,7 @@ pub fn assemble(bin_dir: &Path, out: &Path) -> Result<Outputs, Error> {
     let outputs = Outputs {
         runtime: out.join("metalplane-runtime.oci.tar"),
         xpkg: out.join("function-metalplane.xpkg"),
+        configuration: out.join("configuration-metalplane.xpkg"),
     };
     write_image(
         &outputs.runtime,
@@ -397,10 +418,21 @@ pub fn assemble(bin_dir: &Path, out: &Path) -> Result<Outputs, Error> {
         Some(1),
         &format!("function-metalplane:v{version}"),
     )?;
+    // A Configuration has no runtime: one layer, package.yaml only.
+    let conf = layer(
+        &[("package.yaml", 0o644, configuration_yaml()?.into_bytes())],
+        "crossplane package.yaml",
+    )?;
+    write_image(
+        &outputs.configuration,
+        &[conf],
+        Some(0),
+        &format!("configuration-metalplane:v{version}"),
+    )?;
     Ok(outputs)
 }
 
-/// The one command: build static binaries, then both images.
+/// The one command: build static binaries, then the images.
 pub fn package() -> Result<Outputs, Error> {
     package_in(&repo_root().join("target"))
 }

@@ -14,7 +14,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build target/xpkg/metalplane-runtime.oci.tar and function-metalplane.xpkg.
+    /// Build target/xpkg/: metalplane-runtime.oci.tar, function-metalplane.xpkg, configuration-metalplane.xpkg.
     Package,
 }
 
@@ -22,7 +22,12 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Package => match xtask::package() {
             Ok(o) => {
-                println!("{}\n{}", o.runtime.display(), o.xpkg.display());
+                println!(
+                    "{}\n{}\n{}",
+                    o.runtime.display(),
+                    o.xpkg.display(),
+                    o.configuration.display()
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => {
