@@ -853,3 +853,71 @@ async fn a_real_api_server_accepts_every_rendered_object() {
     let (status, body) = dry_run(&api, &kinds, &no_by).await;
     assert_eq!(status, 422, "{body}");
 }
+
+/// The packages `cargo xtask package` writes, built here when missing.
+fn packages() -> PathBuf {
+    let out = repo_root().join("target/xpkg");
+    let files = ["function-metalplane.xpkg", "configuration-metalplane.xpkg"];
+    if !files.iter().all(|f| out.join(f).exists()) {
+        // Its own target dir: the lock of this cargo test is held.
+        let ok = Command::new(env!("CARGO"))
+            .current_dir(repo_root())
+            .args([
+                "run",
+                "-q",
+                "-p",
+                "xtask",
+                "--target-dir",
+                "target/package-test",
+                "--",
+                "package",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cargo xtask package failed");
+    }
+    out
+}
+
+#[test]
+fn crossplane_reads_our_packages() {
+    let out = packages();
+    let dir = tempfile::tempdir().expect("tmp");
+    for (pkg, kinds) in [
+        (
+            "function-metalplane.xpkg",
+            vec!["Function", "CustomResourceDefinition"],
+        ),
+        (
+            "configuration-metalplane.xpkg",
+            vec![
+                "Configuration",
+                "CompositeResourceDefinition",
+                "Composition",
+                "WatchOperation",
+            ],
+        ),
+    ] {
+        let gz = dir.path().join(format!("{pkg}.gz"));
+        let r = run(Command::new(crank())
+            .args(["xpkg", "extract", "--from-xpkg"])
+            .arg(out.join(pkg))
+            .arg("-o")
+            .arg(&gz));
+        assert!(
+            r.status.success(),
+            "crossplane xpkg extract {pkg}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2_reader(&gz), &mut text).expect("gzip");
+        let docs =
+            metalplane::render::parse_stream(&text, pkg).expect("the extracted package parses");
+        let got: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        assert_eq!(got, kinds, "{pkg}");
+    }
+}
+
+fn flate2_reader(p: &Path) -> impl std::io::Read {
+    flate2::read::GzDecoder::new(std::fs::File::open(p).expect("extracted package"))
+}
