@@ -57,6 +57,14 @@ const LB: [&str; 5] = [
     "lb-pool-needs-cilium",
 ];
 
+/// Composes `xr` with every fixture of an observed stage and the provisioned host.
+fn compose_ready(xr: &Value, stage: &str) -> function_sdk_rust::proto::v1::RunFunctionResponse {
+    let all = fixtures(stage);
+    let observed: BTreeMap<&str, Value> =
+        all.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    compose(&request(xr, &observed, Some(&hosts())))
+}
+
 fn hosts() -> Vec<Value> {
     load_yaml(&repo_root().join("tests/fixtures/hosts/r730-provisioned.yaml"))
 }
@@ -224,14 +232,7 @@ fn every_new_object_and_manifest_validates() {
 
 #[test]
 fn devices_are_derived_from_the_gpu() {
-    let rsp = compose(&request(
-        &inference_xr(),
-        &fixtures("inference")
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect(),
-        Some(&hosts()),
-    ));
+    let rsp = compose_ready(&inference_xr(), "inference");
     let class = &desired(&rsp)["inference-class"]["spec"]["forProvider"]["manifest"];
     assert_eq!(class["metadata"]["name"], "metal-r730-gpu");
     assert_eq!(
@@ -264,14 +265,7 @@ fn devices_are_derived_from_the_gpu() {
 
 #[test]
 fn the_kubeconfig_is_copied_without_passing_through_the_function() {
-    let rsp = compose(&request(
-        &inference_xr(),
-        &fixtures("inference")
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect(),
-        Some(&hosts()),
-    ));
+    let rsp = compose_ready(&inference_xr(), "inference");
     let copy = &desired(&rsp)["inference-kubeconfig"];
     let m = &copy["spec"]["forProvider"]["manifest"];
     assert_eq!(
@@ -293,14 +287,7 @@ fn the_kubeconfig_is_copied_without_passing_through_the_function() {
 
 #[test]
 fn load_balancer_objects_and_cilium_values() {
-    let rsp = compose(&request(
-        &inference_xr(),
-        &fixtures("inference")
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect(),
-        Some(&hosts()),
-    ));
+    let rsp = compose_ready(&inference_xr(), "inference");
     let d = desired(&rsp);
     let pool = &d["lb-pool"];
     assert_eq!(
@@ -332,14 +319,7 @@ fn load_balancer_objects_and_cilium_values() {
     assert_eq!(values["k8sServiceHost"], "192.168.120.70");
     assert_eq!(values["k8sServicePort"], 6443);
     // Without a load balancer the Cilium values stay the original's.
-    let plain = compose(&request(
-        &example_xr(),
-        &fixtures("ready")
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect(),
-        Some(&hosts()),
-    ));
+    let plain = compose_ready(&example_xr(), "ready");
     assert!(
         desired(&plain)["cilium"]["spec"]["forProvider"]["values"]
             .get("kubeProxyReplacement")
@@ -349,14 +329,7 @@ fn load_balancer_objects_and_cilium_values() {
 
 #[test]
 fn deletion_order_usages() {
-    let rsp = compose(&request(
-        &inference_xr(),
-        &fixtures("inference")
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect(),
-        Some(&hosts()),
-    ));
+    let rsp = compose_ready(&inference_xr(), "inference");
     let d = desired(&rsp);
     let pair = |n: &str| {
         let s = &d[n]["spec"];

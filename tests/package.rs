@@ -52,6 +52,21 @@ fn blob<'a>(all: &'a BTreeMap<String, Vec<u8>>, digest: &str) -> &'a [u8] {
     b
 }
 
+/// The image manifest the OCI index points at.
+fn image_manifest(all: &BTreeMap<String, Vec<u8>>) -> Value {
+    let index = json(&all["index.json"]);
+    json(blob(
+        all,
+        index["manifests"][0]["digest"].as_str().expect("digest"),
+    ))
+}
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("package.yaml parses"))
+        .collect()
+}
+
 fn built() -> xtask::Outputs {
     let out = xtask::out_dir();
     let o = xtask::Outputs {
@@ -150,9 +165,7 @@ fn the_xpkg_is_a_crossplane_package() {
         "package.yaml at the root, alone"
     );
     let text = String::from_utf8(pkg["package.yaml"].2.clone()).expect("utf-8");
-    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).expect("package.yaml parses"))
-        .collect();
+    let docs = yaml_docs(&text);
     assert_eq!(docs[0]["apiVersion"], "meta.pkg.crossplane.io/v1");
     assert_eq!(docs[0]["kind"], "Function");
     assert_eq!(docs[0]["metadata"]["name"], "function-metalplane");
@@ -172,11 +185,7 @@ fn the_xpkg_is_a_crossplane_package() {
 fn the_runtime_layer_holds_both_static_binaries() {
     let o = built();
     let all = entries(&o.runtime);
-    let index = json(&all["index.json"]);
-    let manifest = json(blob(
-        &all,
-        index["manifests"][0]["digest"].as_str().expect("d"),
-    ));
+    let manifest = image_manifest(&all);
     let layers = manifest["layers"].as_array().expect("layers");
     assert_eq!(layers.len(), 1);
     assert!(layers[0].get("annotations").is_none());
@@ -211,19 +220,13 @@ fn layers_are_reproducible() {
 fn the_configuration_package_carries_the_api_and_depends_on_the_function() {
     let o = built();
     let all = entries(&o.configuration);
-    let index = json(&all["index.json"]);
-    let manifest = json(blob(
-        &all,
-        index["manifests"][0]["digest"].as_str().expect("d"),
-    ));
+    let manifest = image_manifest(&all);
     let layers = manifest["layers"].as_array().expect("layers");
     assert_eq!(layers.len(), 1);
     assert_eq!(layers[0]["annotations"]["io.crossplane.xpkg"], "base");
     let files = layer_files(blob(&all, layers[0]["digest"].as_str().expect("d")));
     let text = String::from_utf8(files["package.yaml"].2.clone()).expect("utf-8");
-    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).expect("package.yaml parses"))
-        .collect();
+    let docs = yaml_docs(&text);
     assert_eq!(
         (docs[0]["apiVersion"].as_str(), docs[0]["kind"].as_str()),
         (Some("meta.pkg.crossplane.io/v1"), Some("Configuration"))
