@@ -9,9 +9,8 @@
 
 mod common;
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -73,47 +72,10 @@ fn etcd() -> PathBuf {
     .clone()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
-
-fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Our function, served insecure on loopback for the CLI's Development runtime.
 fn function() -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_function-metalplane"))
-        .args([
-            "--insecure",
-            "--address",
-            &format!("127.0.0.1:{port}"),
-            "--metrics-address",
-            "",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("function starts");
-    wait_listening(port, "the function");
-    (Proc(child), format!("127.0.0.1:{port}"))
+    let (proc, port) = start_function(&["--insecure"], &[], None);
+    (proc, format!("127.0.0.1:{port}"))
 }
 
 fn run(cmd: &mut Command) -> Output {

@@ -5,10 +5,9 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use common::*;
 use function_sdk_rust::proto::v1::function_runner_service_client::FunctionRunnerServiceClient;
@@ -19,51 +18,13 @@ use rcgen::{
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 struct Server {
-    child: Child,
+    _proc: Proc,
     port: u16,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 fn start(extra: &[&str], env: &[(&str, &str)], metrics_port: Option<u16>) -> Server {
-    let port = free_port();
-    let metrics = metrics_port
-        .map(|p| format!("127.0.0.1:{p}"))
-        .unwrap_or_default();
-    let child = Command::new(env!("CARGO_BIN_EXE_function-metalplane"))
-        .args([
-            "--address",
-            &format!("127.0.0.1:{port}"),
-            "--metrics-address",
-            &metrics,
-        ])
-        .args(extra)
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the function starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the function did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Server { child, port }
+    let (proc, port) = start_function(extra, env, metrics_port);
+    Server { _proc: proc, port }
 }
 
 fn example_request() -> RunFunctionRequest {

@@ -419,26 +419,7 @@ fn operation_manifests_validate() {
 #[tokio::test]
 async fn operation_round_trip_over_grpc() {
     use function_sdk_rust::proto::v1::function_runner_service_client::FunctionRunnerServiceClient;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_function-metalplane"))
-        .args([
-            "--insecure",
-            "--address",
-            &format!("127.0.0.1:{port}"),
-            "--metrics-address",
-            "",
-        ])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (server, port) = start_function(&["--insecure"], &[], None);
     let mut failed = bmh("r730", IDRAC, "provisioning");
     failed["status"]["errorMessage"] = json!("Virtual media mount failed");
     failed["status"]["errorCount"] = json!(2);
@@ -451,8 +432,7 @@ async fn operation_round_trip_over_grpc() {
         .await
         .expect("RunFunction")
         .into_inner();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     // The function asks for the host's reset Jobs, then decides.
     let reqs = rsp.requirements.as_ref().expect("requirements");
     let sel = &reqs.resources["reset-jobs"];

@@ -502,3 +502,61 @@ pub fn with_condition(mut obj: Value, typ: &str, status: &str) -> Value {
     obj["status"]["conditions"] = json!([{"type": typ, "status": status, "reason": "Test", "lastTransitionTime": "2026-12-01T10:00:00Z"}]);
     obj
 }
+
+/// A child process killed when dropped (servers started by a test).
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Waits until something accepts TCP connections on the loopback port.
+pub fn wait_listening(port: u16, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not listen on {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The real function binary on a free loopback port, with `extra` flags
+/// and `env`; metrics on `metrics_port` or disabled. Returns it and its port.
+pub fn start_function(
+    extra: &[&str],
+    env: &[(&str, &str)],
+    metrics_port: Option<u16>,
+) -> (Proc, u16) {
+    let port = free_port();
+    let metrics = metrics_port
+        .map(|p| format!("127.0.0.1:{p}"))
+        .unwrap_or_default();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_function-metalplane"))
+        .args([
+            "--address",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-address",
+            &metrics,
+        ])
+        .args(extra)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the function starts");
+    let proc = Proc(child);
+    wait_listening(port, "the function");
+    (proc, port)
+}
