@@ -270,3 +270,57 @@ fn the_configuration_package_carries_the_api_and_depends_on_the_function() {
         "ClusterRoles cannot ship in a Configuration"
     );
 }
+
+/// A Configuration's function dependency is installed under the name the
+/// package manager derives from its repository path; the Composition and
+/// the WatchOperation must call it by that name, or an installed
+/// Configuration resolves no function. (The lab's install scenario shows
+/// the same against Crossplane itself.)
+#[test]
+fn pipelines_reference_the_function_by_its_installed_name() {
+    let text = xtask::configuration_yaml().expect("configuration yaml");
+    let docs = yaml_docs(&text);
+    let function = docs[0]["spec"]["dependsOn"]
+        .as_array()
+        .expect("dependsOn")
+        .iter()
+        .find_map(|d| d["function"].as_str())
+        .expect("a function dependency");
+    let installed = xtask::dependency_name(function);
+    assert_eq!(installed, "kube-farm-function-metalplane");
+    let mut refs = Vec::new();
+    for d in &docs[1..] {
+        let steps = d
+            .pointer("/spec/pipeline")
+            .or(d.pointer("/spec/operationTemplate/spec/pipeline"));
+        for s in steps.and_then(Value::as_array).into_iter().flatten() {
+            refs.push(s["functionRef"]["name"].as_str().unwrap_or("").to_string());
+        }
+    }
+    assert_eq!(
+        refs.len(),
+        2,
+        "Composition and WatchOperation steps: {refs:?}"
+    );
+    for r in refs {
+        assert_eq!(r, installed);
+    }
+}
+
+#[test]
+fn dependency_names_follow_the_package_manager() {
+    for (package, name) in [
+        (
+            "ghcr.io/kube-farm/function-metalplane",
+            "kube-farm-function-metalplane",
+        ),
+        (
+            "xpkg.crossplane.io/crossplane-contrib/provider-helm:v1.3.0",
+            "crossplane-contrib-provider-helm",
+        ),
+        ("localhost:5000/a/b.c@sha256:00", "a-b-c"),
+        ("registry.example:443/team/fn", "team-fn"),
+    ] {
+        assert_eq!(xtask::dependency_name(package), name, "{package}");
+    }
+}

@@ -4,6 +4,8 @@
 //! an OCI image layout and a `docker save` archive (what
 //! `crossplane xpkg push -f` and go-containerregistry read).
 
+pub mod lab;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +43,38 @@ pub enum Error {
 
 fn io<T>(what: impl Into<String>, r: std::io::Result<T>) -> Result<T, Error> {
     r.map_err(|e| Error::Io(what.into(), e))
+}
+
+/// The name Crossplane's package manager gives a package it installs as a
+/// dependency: the repository path without the registry, as a DNS label
+/// (`xpkg.ToDNSLabel(ref.Context().RepositoryStr())`). Compositions and
+/// WatchOperations must reference the Function by this name.
+pub fn dependency_name(package: &str) -> String {
+    let no_tag = package.split(['@']).next().unwrap_or(package);
+    let no_tag = match no_tag.rfind(':') {
+        Some(i) if !no_tag[i..].contains('/') => &no_tag[..i],
+        _ => no_tag,
+    };
+    let mut parts: Vec<&str> = no_tag.split('/').collect();
+    if parts.len() > 1
+        && (parts[0].contains('.') || parts[0].contains(':') || parts[0] == "localhost")
+    {
+        parts.remove(0);
+    }
+    let repo = parts.join("/");
+    let mut out = String::new();
+    for (i, b) in repo.bytes().enumerate() {
+        if i == 63 {
+            break;
+        }
+        match b {
+            b'a'..=b'z' | b'0'..=b'9' => out.push(b as char),
+            b'A'..=b'Z' => out.push(b.to_ascii_lowercase() as char),
+            b'.' | b'/' | b':' | b'-' | b'_' => out.push('-'),
+            _ => {}
+        }
+    }
+    out.trim_matches('-').to_string()
 }
 
 pub fn repo_root() -> PathBuf {

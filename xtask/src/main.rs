@@ -16,10 +16,48 @@ struct Cli {
 enum Cmd {
     /// Build target/xpkg/: metalplane-runtime.oci.tar, function-metalplane.xpkg, configuration-metalplane.xpkg.
     Package,
+    /// A real management cluster on this machine, in its own network namespace.
+    Lab {
+        #[command(subcommand)]
+        command: LabCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Build what is missing, start every process, install the packages; returns when ready.
+    Up,
+    /// Stop exactly what `up` started; remove the namespace and the state.
+    Down,
+    /// Run CMD inside the namespace with KUBECONFIG set and kubectl on PATH.
+    Exec {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// The main job on the built-in example: inventory, the r730 MetalCluster, live phases, teardown.
+    Demo,
+}
+
+fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
+    let lab = xtask::lab::Lab::open()?;
+    match cmd {
+        LabCmd::Up => lab.up().map(|_| 0),
+        LabCmd::Down => lab.down().map(|_| 0),
+        LabCmd::Exec { cmd } => lab.exec(&cmd),
+        LabCmd::Demo => xtask::lab::demo::run(&lab).map(|_| 0),
+    }
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Cmd::Lab { command } => match lab(command) {
+            Ok(0) => ExitCode::SUCCESS,
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            Err(e) => {
+                eprintln!("lab: error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Package => match xtask::package() {
             Ok(o) => {
                 println!(

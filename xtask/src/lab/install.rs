@@ -1,0 +1,537 @@
+//! Installs the management cluster's software the way a user's cluster
+//! gets it: upstream CRDs and webhooks from each controller's own module,
+//! Crossplane core, and MetalPlane's packages through Crossplane's package
+//! manager, pulled from a registry inside the lab.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::kube::{self, load_yaml, str_at};
+use super::procs::{self, Spec};
+use super::{
+    CROSSPLANE_HEALTH_PORT, CROSSPLANE_WEBHOOK_PORT, FUNCTION_PORT, Lab, LabError, REGISTRY_PORT,
+    build, manifests, pki::Pki, progress,
+};
+
+/// The Function's name once Crossplane's package manager has installed it
+/// as a dependency of the Configuration: `xpkg.ToDNSLabel` of the
+/// repository path of `ghcr.io/kube-farm/function-metalplane`.
+pub const FUNCTION_NAME: &str = "kube-farm-function-metalplane";
+// (checked against `crate::dependency_name` of the dependsOn entry by tests/package.rs)
+pub const CONFIGURATION_NAME: &str = "configuration-metalplane";
+
+/// A Cluster API family controller as the lab runs it.
+pub struct Controller {
+    pub name: &'static str,
+    pub binary: &'static str,
+    pub module: &'static str,
+    /// Folder of the module holding config/ (relative).
+    pub subdir: &'static str,
+    pub crds: &'static str,
+    pub webhooks: &'static str,
+    /// Provider CRDs carry the contract label Cluster API reads.
+    pub contract: bool,
+    pub port: u16,
+}
+
+pub const CONTROLLERS: &[Controller] = &[
+    Controller {
+        name: "capi",
+        binary: "capi",
+        module: "sigs.k8s.io/cluster-api",
+        subdir: "",
+        crds: "config/crd/bases",
+        webhooks: "config/webhook/manifests.yaml",
+        contract: false,
+        port: 9501,
+    },
+    Controller {
+        name: "kcp",
+        binary: "kcp",
+        module: "sigs.k8s.io/cluster-api",
+        subdir: "controlplane/kubeadm",
+        crds: "config/crd/bases",
+        webhooks: "config/webhook/manifests.yaml",
+        contract: true,
+        port: 9502,
+    },
+    Controller {
+        name: "cabpk",
+        binary: "cabpk",
+        module: "sigs.k8s.io/cluster-api",
+        subdir: "bootstrap/kubeadm",
+        crds: "config/crd/bases",
+        webhooks: "config/webhook/manifests.yaml",
+        contract: true,
+        port: 9503,
+    },
+    Controller {
+        name: "capm3",
+        binary: "capm3",
+        module: "github.com/metal3-io/cluster-api-provider-metal3",
+        subdir: "",
+        crds: "config/crd/bases",
+        webhooks: "config/webhook/manifests.yaml",
+        contract: true,
+        port: 9504,
+    },
+    Controller {
+        name: "ipam",
+        binary: "ipam",
+        module: "github.com/metal3-io/ip-address-manager",
+        subdir: "",
+        crds: "config/crd/bases",
+        webhooks: "config/webhook/manifests.yaml",
+        contract: false,
+        port: 9505,
+    },
+    Controller {
+        name: "bmo",
+        binary: "bmo",
+        module: "github.com/metal3-io/baremetal-operator",
+        subdir: "",
+        crds: "config/base/crds/bases",
+        webhooks: "config/base/webhook/manifests.yaml",
+        contract: false,
+        port: 9506,
+    },
+];
+
+impl Controller {
+    /// Health (readyz) and diagnostics ports follow the webhook port.
+    pub fn health_port(&self) -> u16 {
+        self.port + 100
+    }
+
+    pub fn args(&self, cert_dir: &Path) -> Vec<String> {
+        if self.name == "bmo" {
+            // BMO's fixture provisioner: no Ironic, simulated power. Its
+            // webhook server reads certificates from $TMPDIR.
+            return vec![
+                "-test-mode".into(),
+                format!("-webhook-port={}", self.port),
+                format!("-health-addr=127.0.0.1:{}", self.health_port()),
+                format!("-metrics-addr=127.0.0.1:{}", self.port + 200),
+            ];
+        }
+        vec![
+            format!("--webhook-port={}", self.port),
+            format!("--webhook-cert-dir={}", cert_dir.display()),
+            format!("--health-addr=127.0.0.1:{}", self.health_port()),
+            format!("--diagnostics-address=127.0.0.1:{}", self.port + 200),
+            "--insecure-diagnostics".into(),
+            "--leader-elect=false".into(),
+        ]
+    }
+}
+
+fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, LabError> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+fn wait_crds(lab: &Lab) -> Result<(), LabError> {
+    lab.kube
+        .run(&[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=120s",
+        ])
+        .map(|_| ())
+}
+
+fn ns(lab: &Lab, name: &str) -> Result<(), LabError> {
+    lab.kube
+        .apply(&[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})])
+}
+
+/// Crossplane core: `core init` installs its CRDs, then `core start` with
+/// operations, webhooks (Usages are enforced only by its webhook) and the
+/// External package runtime (the lab runs the function itself).
+pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
+    let src = build::module_src("github.com/crossplane/crossplane/v2")?;
+    ns(lab, "crossplane-system")?;
+    let env = |spec: &mut Spec| {
+        spec.env
+            .push(("POD_NAMESPACE".into(), "crossplane-system".into()));
+    };
+    if lab
+        .kube
+        .get("crd", "compositions.apiextensions.crossplane.io", None)
+        .is_none()
+    {
+        progress("crossplane core init");
+        let mut ok = false;
+        let mut last = String::new();
+        // The first init on a brand-new API server can race CRD
+        // establishment: one retry.
+        for _ in 0..3 {
+            let out = procs::in_netns(&lab.bin.join("crossplane"))
+                .args(["core", "init", "--enable-webhooks=false"])
+                .arg(format!(
+                    "--crds-path={}",
+                    src.join("cluster/crds").display()
+                ))
+                .env("KUBECONFIG", &lab.kube.kubeconfig)
+                .env("POD_NAMESPACE", "crossplane-system")
+                .output()
+                .map_err(|e| LabError::new(format!("crossplane core init: {e}")))?;
+            if out.status.success() {
+                ok = true;
+                break;
+            }
+            last = String::from_utf8_lossy(&out.stderr).into_owned();
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        if !ok {
+            return Err(LabError::new(format!(
+                "crossplane core init failed: {last}"
+            )));
+        }
+    }
+    let ca = pki.ca_pem()?;
+    let hooks: Vec<Value> = load_yaml(&src.join("cluster/webhookconfigurations/usage.yaml"))?
+        .into_iter()
+        .map(|d| manifests::webhook_config_by_url(d, "lab", CROSSPLANE_WEBHOOK_PORT, &ca))
+        .collect();
+    lab.kube.apply(&hooks)?;
+    let mut spec = lab.spec(
+        "crossplane",
+        "crossplane",
+        &[
+            "core".into(),
+            "start".into(),
+            "--package-runtime=External".into(),
+            "--enable-operations".into(),
+            "--enable-webhooks".into(),
+            format!("--webhook-port={CROSSPLANE_WEBHOOK_PORT}"),
+            "--metrics-port=8080".into(),
+            format!("--health-probe-port={CROSSPLANE_HEALTH_PORT}"),
+            format!("--tls-server-certs-dir={}", pki.server_dir().display()),
+            format!(
+                "--tls-client-certs-dir={}",
+                pki.crossplane_client_dir().display()
+            ),
+            format!("--xpkg-cache-dir={}", lab.path("xpkg-cache")),
+        ],
+    );
+    env(&mut spec);
+    lab.start_and_wait(&spec, Duration::from_secs(120), || {
+        procs::http_ok(CROSSPLANE_HEALTH_PORT, "/readyz")
+    })
+}
+
+/// Cluster API core, KCP, CABPK, CAPM3, IPAM and BMO: CRDs, webhooks by
+/// URL, then the processes.
+pub fn cluster_api(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
+    let ca = pki.ca_pem()?;
+    let mut crds = Vec::new();
+    let mut hooks = Vec::new();
+    for c in CONTROLLERS {
+        let root = build::module_src(c.module)?.join(c.subdir);
+        for f in yaml_files(&root.join(c.crds))? {
+            for d in load_yaml(&f)? {
+                crds.push(manifests::crd_for_lab(d, c.contract, c.port, &ca));
+            }
+        }
+        for d in load_yaml(&root.join(c.webhooks))? {
+            if manifests::is_webhook_config(&d) {
+                hooks.push(manifests::webhook_config_by_url(d, c.name, c.port, &ca));
+            }
+        }
+    }
+    progress(&format!(
+        "installing {} Cluster API and Metal3 CRDs",
+        crds.len()
+    ));
+    lab.kube.apply(&crds)?;
+    wait_crds(lab)?;
+    lab.kube.apply(&hooks)?;
+    let cert_dir = pki.server_dir();
+    // BMO's webhook server has no cert-dir flag: it reads
+    // $TMPDIR/k8s-webhook-server/serving-certs.
+    let bmo_tmp = lab.state.join("bmo-tmp");
+    let bmo_certs = bmo_tmp.join("k8s-webhook-server/serving-certs");
+    std::fs::create_dir_all(&bmo_certs).map_err(|e| LabError::new(format!("bmo certs: {e}")))?;
+    for f in ["tls.crt", "tls.key"] {
+        std::fs::copy(cert_dir.join(f), bmo_certs.join(f))
+            .map_err(|e| LabError::new(format!("bmo certs: {e}")))?;
+    }
+    for c in CONTROLLERS {
+        let mut spec = lab.spec(c.name, c.binary, &c.args(&cert_dir));
+        if c.name == "bmo" {
+            spec.env
+                .push(("TMPDIR".into(), bmo_tmp.display().to_string()));
+        }
+        lab.procs.start(&spec)?;
+    }
+    for c in CONTROLLERS {
+        procs::wait_for(c.name, Duration::from_secs(120), || {
+            procs::http_ok(c.health_port(), "/readyz")
+        })
+        .map_err(|e| {
+            LabError::new(format!(
+                "{e}\nlast lines of {}:\n{}",
+                lab.procs.log_file(c.name).display(),
+                lab.procs.tail(c.name, 15)
+            ))
+        })?;
+        progress(&format!("{} is up", c.name));
+    }
+    Ok(())
+}
+
+/// What `cargo xtask package` built, plus provider packages made from the
+/// providers' own modules (package/crossplane.yaml and CRDs, exactly the
+/// package layer of their published xpkg; the lab runs no provider image).
+pub struct Packages {
+    pub function_bin: PathBuf,
+    /// (repository path under the registry, tag, file)
+    pub images: Vec<(String, String, PathBuf)>,
+}
+
+pub const PROVIDERS: &[(&str, &str)] = &[
+    ("github.com/crossplane-contrib/provider-helm", "v1.3.0"),
+    (
+        "github.com/crossplane-contrib/provider-kubernetes",
+        "v1.3.1",
+    ),
+];
+
+/// Builds the MetalPlane packages and the provider packages.
+pub fn ensure_packages() -> Result<Packages, LabError> {
+    progress("building MetalPlane's packages (cargo xtask package)");
+    let out = crate::package().map_err(|e| LabError::new(format!("package: {e}")))?;
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let mut images = vec![
+        (
+            "kube-farm/function-metalplane".to_string(),
+            version.clone(),
+            out.xpkg,
+        ),
+        (
+            "kube-farm/configuration-metalplane".to_string(),
+            version,
+            out.configuration,
+        ),
+    ];
+    let dir = crate::out_dir().join("lab");
+    std::fs::create_dir_all(&dir).map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
+    for (module, version) in PROVIDERS {
+        let src = module_at(module, version)?;
+        let mut yaml = std::fs::read_to_string(src.join("package/crossplane.yaml"))
+            .map_err(|e| LabError::new(format!("{module} package: {e}")))?;
+        for f in yaml_files(&src.join("package/crds"))? {
+            yaml.push_str("\n---\n");
+            yaml.push_str(
+                &std::fs::read_to_string(&f)
+                    .map_err(|e| LabError::new(format!("{}: {e}", f.display())))?,
+            );
+        }
+        let name = module.rsplit('/').next().unwrap_or(module);
+        let layer = crate::layer(
+            &[("package.yaml", 0o644, yaml.into_bytes())],
+            "crossplane package.yaml",
+        )
+        .map_err(|e| LabError::new(e.to_string()))?;
+        let path = dir.join(format!("{name}.xpkg"));
+        crate::write_image(&path, &[layer], Some(0), &format!("{name}:{version}"))
+            .map_err(|e| LabError::new(e.to_string()))?;
+        images.push((
+            format!("crossplane-contrib/{name}"),
+            version.to_string(),
+            path,
+        ));
+    }
+    Ok(Packages {
+        function_bin: crate::repo_root()
+            .join("target")
+            .join(crate::TARGET)
+            .join("release/function-metalplane"),
+        images,
+    })
+}
+
+/// A module at an exact version, outside the lab module (so its go.mod and
+/// go.sum stay as pinned).
+fn module_at(module: &str, version: &str) -> Result<PathBuf, LabError> {
+    let tmp = build::cache_root().join("gomod");
+    std::fs::create_dir_all(&tmp).map_err(|e| LabError::new(format!("{}: {e}", tmp.display())))?;
+    let out = std::process::Command::new("go")
+        .current_dir(&tmp)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .args(["mod", "download", "-json", &format!("{module}@{version}")])
+        .output()
+        .map_err(|e| LabError::new(format!("cannot run go: {e}")))?;
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    info.get("Dir")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            LabError::new(format!(
+                "go mod download {module}@{version}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        })
+}
+
+/// Our function, served over mTLS with the lab's certificates, as the
+/// External package runtime expects someone to.
+pub fn function(lab: &Lab, pki: &Pki, packages: &Packages) -> Result<(), LabError> {
+    let spec = Spec {
+        name: "function",
+        program: packages.function_bin.clone(),
+        args: vec![
+            format!("--address=127.0.0.1:{FUNCTION_PORT}"),
+            format!("--tls-certs-dir={}", pki.server_dir().display()),
+            "--metrics-address=127.0.0.1:8090".into(),
+        ],
+        env: vec![],
+    };
+    lab.start_and_wait(&spec, Duration::from_secs(30), || {
+        procs::port_open(FUNCTION_PORT)
+    })
+}
+
+/// The registry address inside the lab.
+pub fn registry() -> String {
+    format!("localhost:{REGISTRY_PORT}")
+}
+
+/// Pushes the packages to the lab's registry, points the package manager
+/// at it with ImageConfigs (the package names stay the published ones),
+/// installs the Configuration and publishes the function's endpoint.
+pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
+    let spec = lab.spec(
+        "registry",
+        "crane",
+        &[
+            "registry".into(),
+            "serve".into(),
+            format!("--address=127.0.0.1:{REGISTRY_PORT}"),
+            format!("--disk={}", lab.path("registry")),
+        ],
+    );
+    std::fs::create_dir_all(lab.state.join("registry"))
+        .map_err(|e| LabError::new(format!("registry dir: {e}")))?;
+    lab.start_and_wait(&spec, Duration::from_secs(30), || {
+        procs::port_open(REGISTRY_PORT)
+    })?;
+    for (repo, tag, file) in &packages.images {
+        let out = procs::in_netns(&lab.bin.join("crane"))
+            .arg("push")
+            .arg(file)
+            .arg(format!("{}/{repo}:{tag}", registry()))
+            .output()
+            .map_err(|e| LabError::new(format!("crane push: {e}")))?;
+        if !out.status.success() {
+            return Err(LabError::new(format!(
+                "crane push {repo}:{tag}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    progress("packages pushed to the lab registry");
+    let rewrite = |name: &str, from: &str, to: &str| {
+        json!({
+            "apiVersion": "pkg.crossplane.io/v1beta1",
+            "kind": "ImageConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "matchImages": [{"type": "Prefix", "prefix": from}],
+                "rewriteImage": {"prefix": to},
+            }
+        })
+    };
+    lab.kube.apply(&[
+        rewrite(
+            "lab-kube-farm",
+            "ghcr.io/kube-farm",
+            &format!("{}/kube-farm", registry()),
+        ),
+        rewrite(
+            "lab-crossplane-contrib",
+            "xpkg.crossplane.io/crossplane-contrib",
+            &format!("{}/crossplane-contrib", registry()),
+        ),
+    ])?;
+    let root = crate::repo_root();
+    for f in ["apis/metalclusters/rbac.yaml", "apis/operations/rbac.yaml"] {
+        lab.kube.apply_file(&root.join(f))?;
+    }
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    lab.kube.apply(&[json!({
+        "apiVersion": "pkg.crossplane.io/v1",
+        "kind": "Configuration",
+        "metadata": {"name": CONFIGURATION_NAME},
+        "spec": {"package": format!("ghcr.io/kube-farm/configuration-metalplane:{version}")},
+    })])?;
+    progress("Configuration applied; waiting for the package manager to install the function");
+    publish_endpoint(lab)?;
+    procs::wait_for(
+        "the MetalCluster API (XRD established)",
+        Duration::from_secs(180),
+        || {
+            lab.kube
+                .get("crd", "metalclusters.metal.kube.farm", None)
+                .is_some_and(|c| kube::condition(&c, "Established").as_deref() == Some("True"))
+        },
+    )?;
+    progress("MetalCluster API installed");
+    Ok(())
+}
+
+/// With the External runtime Crossplane creates no Deployment: whoever runs
+/// the function sets the active revision's endpoint (a status patch).
+pub fn publish_endpoint(lab: &Lab) -> Result<(), LabError> {
+    let selector = format!("pkg.crossplane.io/package={FUNCTION_NAME}");
+    let mut name = String::new();
+    procs::wait_for(
+        &format!("FunctionRevision of {FUNCTION_NAME}"),
+        Duration::from_secs(180),
+        || {
+            let out = lab
+                .kube
+                .run(&["get", "functionrevisions", "-l", &selector, "-o", "json"]);
+            let items: Vec<Value> = out
+                .ok()
+                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                .and_then(|v| v.get("items").and_then(Value::as_array).cloned())
+                .unwrap_or_default();
+            match items
+                .iter()
+                .find(|r| str_at(r, "/spec/desiredState") == "Active")
+            {
+                Some(r) => {
+                    name = str_at(r, "/metadata/name").to_string();
+                    true
+                }
+                None => false,
+            }
+        },
+    )?;
+    let patch = json!({"status": {"endpoint": format!("127.0.0.1:{FUNCTION_PORT}")}}).to_string();
+    lab.kube.run(&[
+        "patch",
+        "functionrevision",
+        &name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    progress(&format!(
+        "FunctionRevision {name} served at 127.0.0.1:{FUNCTION_PORT}"
+    ));
+    Ok(())
+}

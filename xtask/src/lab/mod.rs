@@ -1,0 +1,258 @@
+//! `cargo xtask lab`: a real management cluster on one machine, as
+//! processes inside a private network namespace: etcd, kube-apiserver,
+//! kube-controller-manager, Crossplane core, our function, Cluster API
+//! (core, KCP, CABPK), CAPM3, IPAM and BMO in test mode.
+
+pub mod build;
+pub mod demo;
+pub mod install;
+pub mod kube;
+pub mod manifests;
+pub mod pki;
+pub mod procs;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::Kube;
+use procs::{Procs, Spec};
+
+#[derive(Debug)]
+pub struct LabError(pub String);
+
+impl LabError {
+    pub fn new(s: impl Into<String>) -> Self {
+        LabError(s.into())
+    }
+}
+
+impl std::fmt::Display for LabError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LabError {}
+
+/// Progress on stderr, so stdout stays for what a caller parses.
+pub fn progress(msg: &str) {
+    eprintln!("lab: {msg}");
+}
+
+pub const APISERVER_PORT: u16 = 6443;
+pub const CROSSPLANE_WEBHOOK_PORT: u16 = 9443;
+pub const CROSSPLANE_HEALTH_PORT: u16 = 8081;
+pub const FUNCTION_PORT: u16 = 9445;
+pub const REGISTRY_PORT: u16 = 5000;
+
+/// The lab's folders and clients.
+pub struct Lab {
+    pub state: PathBuf,
+    pub bin: PathBuf,
+    pub procs: Procs,
+    pub kube: Kube,
+}
+
+/// `target/lab` in this checkout unless METALPLANE_LAB_STATE names another.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("METALPLANE_LAB_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join("target/lab"))
+}
+
+impl Lab {
+    pub fn open() -> Result<Lab, LabError> {
+        let state = state_dir();
+        let bin = build::bin_dir()?;
+        Ok(Lab {
+            procs: Procs {
+                state: state.clone(),
+            },
+            kube: Kube {
+                kubectl: bin.join("kubectl"),
+                kubeconfig: state.join("admin.kubeconfig"),
+            },
+            state,
+            bin,
+        })
+    }
+
+    fn pki(&self) -> Result<pki::Pki, LabError> {
+        pki::ensure(&self.state.join("pki"))
+    }
+
+    fn path(&self, p: &str) -> String {
+        self.state.join(p).display().to_string()
+    }
+
+    fn spec(&self, name: &'static str, binary: &str, args: &[String]) -> Spec {
+        Spec {
+            name,
+            program: self.bin.join(binary),
+            args: args.to_vec(),
+            env: vec![(
+                "KUBECONFIG".into(),
+                self.kube.kubeconfig.display().to_string(),
+            )],
+        }
+    }
+
+    fn start_and_wait(
+        &self,
+        spec: &Spec,
+        timeout: Duration,
+        ready: impl FnMut() -> bool,
+    ) -> Result<(), LabError> {
+        self.procs.start(spec)?;
+        let name = spec.name;
+        procs::wait_for(name, timeout, ready).map_err(|e| {
+            LabError::new(format!(
+                "{e}\nlast lines of {}:\n{}",
+                self.procs.log_file(name).display(),
+                self.procs.tail(name, 15)
+            ))
+        })?;
+        progress(&format!("{name} is up"));
+        Ok(())
+    }
+
+    /// etcd, kube-apiserver and kube-controller-manager.
+    fn start_kubernetes(&self, pki: &pki::Pki) -> Result<(), LabError> {
+        let etcd = which("etcd").ok_or_else(|| {
+            LabError::new("etcd is missing: apt-get install etcd-server (Debian's etcd)")
+        })?;
+        std::fs::create_dir_all(self.state.join("etcd"))
+            .map_err(|e| LabError::new(format!("etcd dir: {e}")))?;
+        let spec = Spec {
+            name: "etcd",
+            program: etcd,
+            args: vec![
+                format!("--data-dir={}", self.path("etcd")),
+                "--listen-client-urls=http://127.0.0.1:2379".into(),
+                "--advertise-client-urls=http://127.0.0.1:2379".into(),
+                "--listen-peer-urls=http://127.0.0.1:2380".into(),
+                "--initial-advertise-peer-urls=http://127.0.0.1:2380".into(),
+                "--initial-cluster=default=http://127.0.0.1:2380".into(),
+            ],
+            env: vec![],
+        };
+        self.start_and_wait(&spec, Duration::from_secs(30), || procs::port_open(2379))?;
+
+        let d = |p: PathBuf| p.display().to_string();
+        let server = pki.server_dir();
+        let apiserver = self.spec(
+            "kube-apiserver",
+            "kube-apiserver",
+            &[
+                "--etcd-servers=http://127.0.0.1:2379".into(),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={APISERVER_PORT}"),
+                format!("--tls-cert-file={}", d(server.join("tls.crt"))),
+                format!("--tls-private-key-file={}", d(server.join("tls.key"))),
+                format!("--client-ca-file={}", d(pki.ca())),
+                "--authorization-mode=Node,RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", d(pki.sa_pub())),
+                format!("--service-account-signing-key-file={}", d(pki.sa_key())),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--enable-priority-and-fairness=false".into(),
+                // The loopback advertise address is not a valid endpoint.
+                "--endpoint-reconciler-type=none".into(),
+                "--allow-privileged=true".into(),
+                format!("--cert-dir={}", self.path("apiserver-certs")),
+            ],
+        );
+        self.start_and_wait(&apiserver, Duration::from_secs(120), || self.kube.ready())?;
+
+        // The garbage collector and namespace controller: without them no
+        // owner-reference cascade (composed resources, Machines) happens.
+        let kcm = self.spec(
+            "kube-controller-manager",
+            "kube-controller-manager",
+            &[
+                format!("--kubeconfig={}", d(self.kube.kubeconfig.clone())),
+                "--controllers=garbagecollector,namespace".into(),
+                "--bind-address=127.0.0.1".into(),
+                "--secure-port=10257".into(),
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=false".into(),
+            ],
+        );
+        self.start_and_wait(&kcm, Duration::from_secs(60), || procs::port_open(10257))
+    }
+
+    /// Everything, idempotently; returns when every controller is ready.
+    pub fn up(&self) -> Result<(), LabError> {
+        let started = std::time::Instant::now();
+        if which("ip").is_none() {
+            return Err(LabError::new("`ip` (iproute2) is missing"));
+        }
+        build::ensure_binaries()?;
+        let packages = install::ensure_packages()?;
+        procs::ensure_netns()?;
+        let pki = self.pki()?;
+        std::fs::write(
+            &self.kube.kubeconfig,
+            pki::kubeconfig(&pki, &format!("https://127.0.0.1:{APISERVER_PORT}")),
+        )
+        .map_err(|e| LabError::new(format!("kubeconfig: {e}")))?;
+        self.start_kubernetes(&pki)?;
+        install::crossplane(self, &pki)?;
+        install::cluster_api(self, &pki)?;
+        install::function(self, &pki, &packages)?;
+        install::packages(self, &packages)?;
+        progress(&format!(
+            "ready in {:.0} s. Reach it with:\n  cargo xtask lab exec -- kubectl get metalclusters -A\n  (KUBECONFIG={}, inside network namespace {})",
+            started.elapsed().as_secs_f64(),
+            self.kube.kubeconfig.display(),
+            procs::NETNS
+        ));
+        Ok(())
+    }
+
+    /// Stops what `up` started, removes the namespace and the state.
+    pub fn down(&self) -> Result<(), LabError> {
+        for name in self.procs.started() {
+            progress(&format!("stopping {name}"));
+            self.procs.stop(&name);
+        }
+        procs::delete_netns()?;
+        if self.state.exists() {
+            std::fs::remove_dir_all(&self.state)
+                .map_err(|e| LabError::new(format!("{}: {e}", self.state.display())))?;
+        }
+        progress("down");
+        Ok(())
+    }
+
+    /// Runs a command inside the namespace with KUBECONFIG and kubectl.
+    pub fn exec(&self, cmd: &[String]) -> Result<i32, LabError> {
+        let Some((program, args)) = cmd.split_first() else {
+            return Err(LabError::new("exec needs a command: lab exec -- CMD..."));
+        };
+        let path = format!(
+            "{}:{}",
+            self.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let status = std::process::Command::new("ip")
+            .args(["netns", "exec", procs::NETNS, "env"])
+            .arg(format!("PATH={path}"))
+            .arg(format!("KUBECONFIG={}", self.kube.kubeconfig.display()))
+            .arg(program)
+            .args(args)
+            .status()
+            .map_err(|e| LabError::new(format!("exec: {e}")))?;
+        Ok(status.code().unwrap_or(1))
+    }
+}
+
+/// A program on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+    })
+}
