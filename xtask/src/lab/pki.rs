@@ -114,11 +114,10 @@ pub fn ensure(dir: &Path) -> Result<Pki, LabError> {
         ExtendedKeyUsagePurpose::ServerAuth,
         true,
     )?;
-    for d in [pki.server_dir()] {
-        write(&d.join("tls.crt"), &crt)?;
-        write(&d.join("tls.key"), &key)?;
-        write(&d.join("ca.crt"), &ca_pem)?;
-    }
+    let d = pki.server_dir();
+    write(&d.join("tls.crt"), &crt)?;
+    write(&d.join("tls.key"), &key)?;
+    write(&d.join("ca.crt"), &ca_pem)?;
     let (crt, key) = leaf(
         &ca,
         "admin",
