@@ -31,14 +31,20 @@ pub const NO_AVAILABLE_HOST: &str = "NoAvailableHost";
 
 /// Composition resource names of the CNI family, composed only once the
 /// workload API server exists.
-pub const CNI_RESOURCES: [&str; 3] = ["helm-providerconfig", "cilium", "cilium-needs-cluster"];
+pub const CNI_RESOURCES: [&str; 4] = [
+    "helm-providerconfig",
+    "cilium",
+    "cilium-needs-cluster",
+    "cilium-needs-controlplane",
+];
 
 /// The Modelplane family, composed once the workload API server exists.
-pub const FLEET_RESOURCES: [&str; 6] = [
+pub const FLEET_RESOURCES: [&str; 7] = [
     "inference-kubeconfig",
     "inference-class",
     "inference-cluster",
     "inference-needs-cluster",
+    "inference-needs-controlplane",
     "inference-needs-kubeconfig",
     "inference-needs-class",
 ];
@@ -77,6 +83,10 @@ pub fn graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'sta
         out.push(("helm-providerconfig", cni::helm_provider_config(mc, names)));
         out.push(("cilium", cni::cilium_release(mc, names)));
         out.push(("cilium-needs-cluster", cni::cilium_usage(mc, names)));
+        out.push((
+            "cilium-needs-controlplane",
+            cni::cilium_control_plane_usage(mc, names),
+        ));
     }
     if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
         out.push((
@@ -126,7 +136,10 @@ fn into_pb(v: Value) -> pbjson_types::Value {
 /// Observed composed resources whose state the function reads; every
 /// other observed resource only counts as present (Null), which spares
 /// converting objects whose content nothing looks at.
-pub const READ_OBSERVED: [&str; 3] = ["cluster", "cilium", "inference-cluster"];
+pub const READ_OBSERVED: [&str; 4] = ["cluster", "cilium", "inference-cluster", HOST_USAGE];
+
+/// Composition resource name of the Usage protecting the claimed host.
+pub const HOST_USAGE: &str = "host-in-use";
 
 /// Observed composed resources by composition resource name.
 pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
@@ -244,6 +257,24 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         let desired: &mut Resource = response::desired_composed(&mut rsp, name);
         desired.resource = Some(into_struct(map));
         function_sdk_rust::resource::set_ready(desired, ready);
+    }
+
+    // The claimed host, or the one already protected (kept while the pool
+    // is briefly unknown, so protection never lapses mid-life).
+    let protected = match pool {
+        Pool::Claimed(h) => h.pointer("/metadata/name").and_then(Value::as_str),
+        _ => observed
+            .get(HOST_USAGE)
+            .and_then(|u| u.pointer("/spec/of/resourceRef/name"))
+            .and_then(Value::as_str),
+    };
+    if let Some(host) = protected
+        && let Value::Object(map) =
+            crate::builders::host_usage(&mc, &names.host_usage, host, &names.cluster)
+    {
+        let desired = response::desired_composed(&mut rsp, HOST_USAGE);
+        desired.resource = Some(into_struct(map));
+        function_sdk_rust::resource::set_ready(desired, Ready::True);
     }
 
     let xr_status = status::xr_status(&mc, &names, &observed, pool);

@@ -13,6 +13,9 @@ pub struct Names {
     pub helm_provider_config: String,
     pub cilium_release: String,
     pub cilium_usage: String,
+    pub cilium_control_plane_usage: String,
+    pub host_usage: String,
+    pub inference_control_plane_usage: String,
     pub workload_provider_config: String,
     pub lb_pool: String,
     pub l2_policy: String,
@@ -39,6 +42,9 @@ impl Names {
             helm_provider_config: cluster.clone(),
             cilium_release: format!("{cluster}-cilium"),
             cilium_usage: format!("{cluster}-cilium-needs-cluster"),
+            cilium_control_plane_usage: format!("{cluster}-cilium-needs-controlplane"),
+            host_usage: format!("{xr}-host-in-use"),
+            inference_control_plane_usage: format!("{xr}-inference-needs-controlplane"),
             workload_provider_config: cluster.clone(),
             lb_pool: format!("{xr}-lb-pool"),
             l2_policy: format!("{xr}-l2-policy"),
@@ -54,7 +60,7 @@ impl Names {
         }
     }
 
-    pub fn all(&self) -> [&str; 20] {
+    pub fn all(&self) -> [&str; 23] {
         [
             &self.workload_provider_config,
             &self.lb_pool,
@@ -76,6 +82,9 @@ impl Names {
             &self.helm_provider_config,
             &self.cilium_release,
             &self.cilium_usage,
+            &self.cilium_control_plane_usage,
+            &self.host_usage,
+            &self.inference_control_plane_usage,
         ]
     }
 }

@@ -70,6 +70,18 @@ pub fn cilium_release(mc: &MetalCluster, names: &Names) -> Value {
     )
 }
 
+/// The Release also uses the control plane: CAPI deletes Machines when the
+/// KubeadmControlPlane goes, and `helm uninstall` needs the workload API,
+/// so the control plane may start deleting only once Cilium is gone.
+pub fn cilium_control_plane_usage(mc: &MetalCluster, names: &Names) -> Value {
+    usage(
+        mc,
+        &names.cilium_control_plane_usage,
+        Ref(capi::KCP_API_VERSION, "KubeadmControlPlane", &names.cluster),
+        Ref(HELM_API_VERSION, "Release", &names.cilium_release),
+    )
+}
+
 pub fn cilium_usage(mc: &MetalCluster, names: &Names) -> Value {
     usage(
         mc,

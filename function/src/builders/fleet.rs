@@ -81,7 +81,7 @@ pub fn cluster(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
 
 /// Teardown order: the InferenceCluster goes first (Modelplane drains the
 /// cluster while it still exists), then the kubeconfig copy and the class.
-pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 3] {
+pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 4] {
     let by = || Ref(OBJECT_API_VERSION, "Object", &names.inference_cluster);
     [
         (
@@ -90,6 +90,17 @@ pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 3] {
                 mc,
                 &names.inference_cluster_usage,
                 Ref(capi::CLUSTER_API_VERSION, "Cluster", &names.cluster),
+                by(),
+            ),
+        ),
+        // Modelplane drains through the workload API: no Machine may start
+        // deleting before the InferenceCluster is gone.
+        (
+            "inference-needs-controlplane",
+            usage(
+                mc,
+                &names.inference_control_plane_usage,
+                Ref(capi::KCP_API_VERSION, "KubeadmControlPlane", &names.cluster),
                 by(),
             ),
         ),

@@ -52,6 +52,24 @@ pub(crate) fn usage(mc: &MetalCluster, name: &str, of: Ref<'_>, by: Ref<'_>) -> 
     )
 }
 
+/// Protects the claimed BareMetalHost (inventory) from deletion while the
+/// Cluster exists. CAPM3 makes its Metal3Machine the host's controller
+/// owner, so a foreground deletion would otherwise let the garbage
+/// collector delete the host (and with it its HardwareData and BMC Secret)
+/// before CAPM3 has deprovisioned it and removed that owner reference.
+/// Crossplane's webhook refuses the collector's DELETE; once the Cluster is
+/// gone CAPM3 has released the host and the Usage goes. No replayDeletion:
+/// a deletion the collector attempted must never be replayed on inventory.
+pub(crate) fn host_usage(mc: &MetalCluster, name: &str, host: &str, cluster: &str) -> Value {
+    with_spec(
+        object(mc, USAGE_API_VERSION, "Usage", name),
+        json!({
+            "of": {"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "resourceRef": {"name": host}},
+            "by": {"apiVersion": capi::CLUSTER_API_VERSION, "kind": "Cluster", "resourceRef": {"name": cluster}},
+        }),
+    )
+}
+
 /// A provider-kubernetes Object applying `manifest` through a ProviderConfig.
 pub(crate) fn k8s_object(
     mc: &MetalCluster,
