@@ -33,20 +33,23 @@ fn observed<'a>(all: &'a BTreeMap<String, Value>, keep: &[&str]) -> BTreeMap<&'a
         .collect()
 }
 
-const BASE: [&str; 6] = [
+// With the provisioned host, its protecting Usage is composed from the start.
+const BASE: [&str; 7] = [
     "cluster",
+    "host-in-use",
     "ippool",
     "kubeadmcontrolplane",
     "metal3cluster",
     "metal3datatemplate",
     "metal3machinetemplate",
 ];
-const FLEET: [&str; 6] = [
+const FLEET: [&str; 7] = [
     "inference-class",
     "inference-cluster",
     "inference-kubeconfig",
     "inference-needs-class",
     "inference-needs-cluster",
+    "inference-needs-controlplane",
     "inference-needs-kubeconfig",
 ];
 const LB: [&str; 5] = [
@@ -207,7 +210,7 @@ fn every_new_object_and_manifest_validates() {
         let rsp = compose(&request(&xr, &obs, Some(&hosts())));
         assert_eq!(fatal(&rsp), None);
         let d = desired(&rsp);
-        assert_eq!(d.len(), 20);
+        assert_eq!(d.len(), 23);
         for (name, obj) in &d {
             let p = schemas.problems(obj);
             assert!(p.is_empty(), "{name}:\n{}", p.join("\n"));

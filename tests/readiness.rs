@@ -19,7 +19,12 @@ const BASE: [&str; 6] = [
     "metal3datatemplate",
     "metal3machinetemplate",
 ];
-const CNI: [&str; 3] = ["cilium", "cilium-needs-cluster", "helm-providerconfig"];
+const CNI: [&str; 4] = [
+    "cilium",
+    "cilium-needs-cluster",
+    "cilium-needs-controlplane",
+    "helm-providerconfig",
+];
 
 /// What Crossplane would observe after applying `rsp`'s desired resources.
 fn observe(rsp: &RunFunctionResponse) -> BTreeMap<&'static str, Value> {
@@ -136,7 +141,9 @@ fn stages_from_nothing_to_ready() {
     let hosts = [provisioned];
     let rsp = compose(&request(&xr, &obs, Some(&hosts)));
     assert_eq!(desired_status(&rsp)["phase"], "Bootstrapping");
-    assert_eq!(names(&rsp).len(), 6);
+    // The graph and the Usage protecting the claimed host.
+    assert_eq!(names(&rsp).len(), 7);
+    assert!(names(&rsp).iter().any(|n| n == "host-in-use"));
 
     // 5. Control plane available: the CNI family appears.
     cluster_available(&mut obs, "True");
@@ -144,7 +151,7 @@ fn stages_from_nothing_to_ready() {
     let st = desired_status(&rsp);
     assert_eq!(st["phase"], "InstallingCNI");
     assert_eq!(st["controlPlaneAvailable"], true);
-    assert_eq!(names(&rsp).len(), 9);
+    assert_eq!(names(&rsp).len(), 11);
     let ready = ready_of(&rsp);
     assert!(ready["cluster"]);
     assert!(!ready["cilium"], "Release not yet observed");
@@ -179,7 +186,7 @@ fn stages_from_nothing_to_ready() {
     // 8. A blip in the Cluster's Available condition keeps the CNI composed.
     cluster_available(&mut obs, "False");
     let rsp = compose(&request(&xr, &obs, Some(&hosts)));
-    assert_eq!(names(&rsp).len(), 9, "once composed, the CNI stays");
+    assert_eq!(names(&rsp).len(), 11, "once composed, the CNI stays");
     assert!(!ready_of(&rsp)["cluster"]);
     assert_ne!(desired_status(&rsp)["phase"], "Ready");
 }

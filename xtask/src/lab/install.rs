@@ -177,10 +177,8 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         for _ in 0..3 {
             let out = procs::in_netns(&lab.bin.join("crossplane"))
                 .args(["core", "init", "--enable-webhooks=false"])
-                .arg(format!(
-                    "--crds-path={}",
-                    src.join("cluster/crds").display()
-                ))
+                // kong spells the flag --cr-ds-path; the variable is stable.
+                .env("CRDS_PATH", src.join("cluster/crds"))
                 .env("KUBECONFIG", &lab.kube.kubeconfig)
                 .env("POD_NAMESPACE", "crossplane-system")
                 .output()
