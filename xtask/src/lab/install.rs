@@ -181,6 +181,10 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
                 .env("CRDS_PATH", src.join("cluster/crds"))
                 .env("KUBECONFIG", &lab.kube.kubeconfig)
                 .env("POD_NAMESPACE", "crossplane-system")
+                // init insists on generating its CA and client secrets; the
+                // lab's own certificates are what core start uses.
+                .env("TLS_CA_SECRET_NAME", "crossplane-root-ca")
+                .env("TLS_CLIENT_SECRET_NAME", "crossplane-tls-client")
                 .output()
                 .map_err(|e| LabError::new(format!("crossplane core init: {e}")))?;
             if out.status.success() {
