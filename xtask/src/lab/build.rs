@@ -120,22 +120,35 @@ fn go_build(dir: &Path, name: &str, pkg: &str) -> Result<(), LabError> {
     Ok(())
 }
 
-/// A Go module's folder in the module cache (for CRDs and webhook
-/// manifests), at the version the lab module resolves.
+/// A Go module's folder in the module cache (for CRDs, webhook manifests
+/// and package metadata), at the version the lab module resolves.
 pub fn module_src(module: &str) -> Result<PathBuf, LabError> {
+    download(module, &module_dir())
+}
+
+/// A module at an exact `module@version`, downloaded outside the lab module
+/// so its go.mod and go.sum stay as pinned.
+pub fn module_at(module: &str, version: &str) -> Result<PathBuf, LabError> {
+    let dir = cache_root().join("gomod");
+    std::fs::create_dir_all(&dir).map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
+    download(&format!("{module}@{version}"), &dir)
+}
+
+/// `go mod download -json` run in `dir`; the module's folder.
+fn download(spec: &str, dir: &Path) -> Result<PathBuf, LabError> {
     let out = Command::new("go")
-        .current_dir(module_dir())
+        .current_dir(dir)
         .env("GOFLAGS", "-mod=mod")
         .env("GONOSUMDB", "github.com/metal3-io")
         .env("GOTOOLCHAIN", "local")
-        .args(["mod", "download", "-json", module])
+        .args(["mod", "download", "-json", spec])
         .output()
         .map_err(|e| LabError::new(format!("cannot run go: {e}")))?;
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     match info.get("Dir").and_then(|d| d.as_str()) {
         Some(dir) if out.status.success() => Ok(PathBuf::from(dir)),
         _ => Err(LabError::new(format!(
-            "go mod download {module}: {}{}",
+            "go mod download {spec}: {}{}",
             String::from_utf8_lossy(&out.stderr).trim(),
             info.get("Error").and_then(|e| e.as_str()).unwrap_or("")
         ))),

@@ -329,7 +329,7 @@ pub fn ensure_packages() -> Result<Packages, LabError> {
     let dir = crate::out_dir().join("lab");
     std::fs::create_dir_all(&dir).map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
     for (module, version) in PROVIDERS {
-        let src = module_at(module, version)?;
+        let src = build::module_at(module, version)?;
         let mut yaml = std::fs::read_to_string(src.join("package/crossplane.yaml"))
             .map_err(|e| LabError::new(format!("{module} package: {e}")))?;
         for f in yaml_files(&src.join("package/crds"))? {
@@ -361,30 +361,6 @@ pub fn ensure_packages() -> Result<Packages, LabError> {
             .join("release/function-metalplane"),
         images,
     })
-}
-
-/// A module at an exact version, outside the lab module (so its go.mod and
-/// go.sum stay as pinned).
-fn module_at(module: &str, version: &str) -> Result<PathBuf, LabError> {
-    let tmp = build::cache_root().join("gomod");
-    std::fs::create_dir_all(&tmp).map_err(|e| LabError::new(format!("{}: {e}", tmp.display())))?;
-    let out = std::process::Command::new("go")
-        .current_dir(&tmp)
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOTOOLCHAIN", "local")
-        .args(["mod", "download", "-json", &format!("{module}@{version}")])
-        .output()
-        .map_err(|e| LabError::new(format!("cannot run go: {e}")))?;
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    info.get("Dir")
-        .and_then(Value::as_str)
-        .map(PathBuf::from)
-        .ok_or_else(|| {
-            LabError::new(format!(
-                "go mod download {module}@{version}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        })
 }
 
 /// Our function, served over mTLS with the lab's certificates, as the
@@ -430,18 +406,12 @@ pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
         procs::port_open(REGISTRY_PORT)
     })?;
     for (repo, tag, file) in &packages.images {
-        let out = procs::in_netns(&lab.bin.join("crane"))
-            .arg("push")
-            .arg(file)
-            .arg(format!("{}/{repo}:{tag}", registry()))
-            .output()
-            .map_err(|e| LabError::new(format!("crane push: {e}")))?;
-        if !out.status.success() {
-            return Err(LabError::new(format!(
-                "crane push {repo}:{tag}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
+        procs::run(
+            procs::in_netns(&lab.bin.join("crane"))
+                .arg("push")
+                .arg(file)
+                .arg(format!("{}/{repo}:{tag}", registry())),
+        )?;
     }
     progress("packages pushed to the lab registry");
     let rewrite = |name: &str, from: &str, to: &str| {

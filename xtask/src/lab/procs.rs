@@ -10,7 +10,8 @@ use super::LabError;
 
 pub const NETNS: &str = "metalplane-lab";
 
-fn run(cmd: &mut Command) -> Result<String, LabError> {
+/// Runs a command to completion; stdout, or stderr in the error.
+pub fn run(cmd: &mut Command) -> Result<String, LabError> {
     let out = cmd
         .output()
         .map_err(|e| LabError::new(format!("{cmd:?}: {e}")))?;
