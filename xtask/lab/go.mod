@@ -11,9 +11,13 @@ require (
 	github.com/metal3-io/baremetal-operator v0.13.2
 	github.com/metal3-io/cluster-api-provider-metal3 v1.13.2
 	github.com/metal3-io/ip-address-manager v1.13.2
+	k8s.io/api v0.35.6
+	k8s.io/apimachinery v0.35.6
+	k8s.io/client-go v0.35.6
 	k8s.io/kubernetes v1.35.4
 	sigs.k8s.io/cluster-api v1.13.6
 	sigs.k8s.io/cluster-api/test v1.13.7
+	sigs.k8s.io/controller-runtime v0.23.3
 )
 
 require (
@@ -281,12 +285,9 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.35.6 // indirect
 	k8s.io/apiextensions-apiserver v0.35.6 // indirect
-	k8s.io/apimachinery v0.35.6 // indirect
 	k8s.io/apiserver v0.35.6 // indirect
 	k8s.io/cli-runtime v0.35.4 // indirect
-	k8s.io/client-go v0.35.6 // indirect
 	k8s.io/cloud-provider v0.35.4 // indirect
 	k8s.io/cluster-bootstrap v0.35.4 // indirect
 	k8s.io/code-generator v0.35.4 // indirect
@@ -314,7 +315,6 @@ require (
 	k8s.io/pod-security-admission v0.0.0 // indirect
 	k8s.io/utils v0.0.0-20260319190234-28399d86e0b5 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.34.0 // indirect
-	sigs.k8s.io/controller-runtime v0.23.3 // indirect
 	sigs.k8s.io/controller-tools v0.20.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/kind v0.33.0 // indirect

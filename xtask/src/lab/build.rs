@@ -32,7 +32,14 @@ pub const BINARIES: &[(&str, &str)] = &[
     ("capm3", "github.com/metal3-io/cluster-api-provider-metal3"),
     ("ipam", "github.com/metal3-io/ip-address-manager"),
     ("bmo", "github.com/metal3-io/baremetal-operator"),
+    // The lab's own stand-in for the servers' OS and workload API.
+    ("workload", LOCAL_WORKLOAD),
 ];
+
+/// Lab code of ours (in the module, not upstream): its source changes
+/// without go.sum changing, so it is rebuilt on every `up` (Go's build
+/// cache makes that a relink).
+const LOCAL_WORKLOAD: &str = "./workload";
 
 pub fn module_dir() -> PathBuf {
     crate::repo_root().join("xtask/lab")
@@ -79,7 +86,7 @@ pub fn ensure_binaries() -> Result<PathBuf, LabError> {
     std::fs::create_dir_all(&dir).map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
     let missing: Vec<_> = BINARIES
         .iter()
-        .filter(|(name, _)| !dir.join(name).exists())
+        .filter(|(name, pkg)| *pkg == LOCAL_WORKLOAD || !dir.join(name).exists())
         .collect();
     for (i, (name, pkg)) in missing.iter().enumerate() {
         progress(&format!(

@@ -227,6 +227,11 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         ],
     );
     env(&mut spec);
+    // The package cache does not create its folder: a missing one fails
+    // every pull with "read/write on closed pipe" (the cache's reader end
+    // of the tee closes at once).
+    std::fs::create_dir_all(lab.state.join("xpkg-cache"))
+        .map_err(|e| LabError::new(format!("xpkg cache dir: {e}")))?;
     lab.start_and_wait(&spec, Duration::from_secs(120), || {
         procs::http_ok(CROSSPLANE_HEALTH_PORT, "/readyz")
     })
@@ -289,16 +294,45 @@ pub fn cluster_api(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         })?;
         progress(&format!("{} is up", c.name));
     }
-    Ok(())
+    workload(lab)
+}
+
+/// Readiness port of the workload stand-in (xtask/lab/workload).
+pub const WORKLOAD_HEALTH_PORT: u16 = 9610;
+
+/// The stand-in for the servers' OS: boots a node when its host is
+/// provisioned and serves the workload API at the cluster's endpoint.
+pub fn workload(lab: &Lab) -> Result<(), LabError> {
+    let spec = lab.spec(
+        "workload",
+        "workload",
+        &[format!("--health-addr=127.0.0.1:{WORKLOAD_HEALTH_PORT}")],
+    );
+    lab.start_and_wait(&spec, Duration::from_secs(60), || {
+        procs::http_ok(WORKLOAD_HEALTH_PORT, "/readyz")
+    })
 }
 
 /// What `cargo xtask package` built, plus provider packages made from the
 /// providers' own modules (package/crossplane.yaml and CRDs, exactly the
 /// package layer of their published xpkg; the lab runs no provider image).
 pub struct Packages {
-    pub function_bin: PathBuf,
     /// (repository path under the registry, tag, file)
     pub images: Vec<(String, String, PathBuf)>,
+}
+
+/// Where the lab builds the packages' binaries: its own cargo target
+/// folder, because the lab scenarios run under `cargo test`, which holds the
+/// lock of the checkout's; outside the clone, so CI's next clone starts warm.
+pub fn cargo_target() -> PathBuf {
+    build::cache_root().join("cargo-target")
+}
+
+/// The function binary inside the runtime image the lab installs.
+pub fn function_bin() -> PathBuf {
+    cargo_target()
+        .join(crate::TARGET)
+        .join("release/function-metalplane")
 }
 
 pub const PROVIDERS: &[(&str, &str)] = &[
@@ -312,7 +346,7 @@ pub const PROVIDERS: &[(&str, &str)] = &[
 /// Builds the MetalPlane packages and the provider packages.
 pub fn ensure_packages() -> Result<Packages, LabError> {
     progress("building MetalPlane's packages (cargo xtask package)");
-    let out = crate::package().map_err(|e| LabError::new(format!("package: {e}")))?;
+    let out = crate::package_in(&cargo_target()).map_err(|e| LabError::new(format!("package: {e}")))?;
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
     let mut images = vec![
         (
@@ -354,21 +388,15 @@ pub fn ensure_packages() -> Result<Packages, LabError> {
             path,
         ));
     }
-    Ok(Packages {
-        function_bin: crate::repo_root()
-            .join("target")
-            .join(crate::TARGET)
-            .join("release/function-metalplane"),
-        images,
-    })
+    Ok(Packages { images })
 }
 
 /// Our function, served over mTLS with the lab's certificates, as the
 /// External package runtime expects someone to.
-pub fn function(lab: &Lab, pki: &Pki, packages: &Packages) -> Result<(), LabError> {
+pub fn function(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     let spec = Spec {
         name: "function",
-        program: packages.function_bin.clone(),
+        program: function_bin(),
         args: vec![
             format!("--address=127.0.0.1:{FUNCTION_PORT}"),
             format!("--tls-certs-dir={}", pki.server_dir().display()),
@@ -449,7 +477,7 @@ pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
         "spec": {"package": format!("ghcr.io/kube-farm/configuration-metalplane:{version}")},
     })])?;
     progress("Configuration applied; waiting for the package manager to install the function");
-    publish_endpoint(lab)?;
+    publish_runtime(lab, &lab.pki()?)?;
     procs::wait_for(
         "the MetalCluster API (XRD established)",
         Duration::from_secs(180),
@@ -463,47 +491,76 @@ pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
     Ok(())
 }
 
-/// With the External runtime Crossplane creates no Deployment: whoever runs
-/// the function sets the active revision's endpoint (a status patch).
-pub fn publish_endpoint(lab: &Lab) -> Result<(), LabError> {
-    let selector = format!("pkg.crossplane.io/package={FUNCTION_NAME}");
-    let mut name = String::new();
+/// With the External runtime Crossplane creates no Deployment, Service or
+/// TLS Secrets: the package runtime is whoever runs the package. For each
+/// active function and provider revision the lab does what Crossplane's
+/// runtime controller would: writes the revision's TLS server and client
+/// Secrets (the lab CA's serving certificate; the establisher reads
+/// `tls.crt` as the CA bundle), records their names in the revision's
+/// status, and for our function publishes its endpoint.
+pub fn publish_runtime(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
+    let server = pki.server_dir();
+    let read = |f: &str| {
+        std::fs::read(server.join(f)).map_err(|e| LabError::new(format!("{f}: {e}")))
+    };
+    let data = json!({
+        "tls.crt": b64(&read("tls.crt")?),
+        "tls.key": b64(&read("tls.key")?),
+        "ca.crt": b64(pki.ca_pem()?.as_bytes()),
+    });
+    let mut done: Vec<String> = Vec::new();
     procs::wait_for(
-        &format!("FunctionRevision of {FUNCTION_NAME}"),
-        Duration::from_secs(180),
+        "the function's and providers' revisions",
+        Duration::from_secs(240),
         || {
-            let out = lab
-                .kube
-                .run(&["get", "functionrevisions", "-l", &selector, "-o", "json"]);
-            let items: Vec<Value> = out
-                .ok()
-                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-                .and_then(|v| v.get("items").and_then(Value::as_array).cloned())
-                .unwrap_or_default();
-            match items
-                .iter()
-                .find(|r| str_at(r, "/spec/desiredState") == "Active")
-            {
-                Some(r) => {
-                    name = str_at(r, "/metadata/name").to_string();
-                    true
+            for kind in ["functionrevisions", "providerrevisions"] {
+                for r in lab.kube.list(kind, None) {
+                    let name = str_at(&r, "/metadata/name").to_string();
+                    if str_at(&r, "/spec/desiredState") != "Active" || done.contains(&name) {
+                        continue;
+                    }
+                    if publish_revision(lab, kind, &r, &data).is_ok() {
+                        progress(&format!("{kind}/{name}: runtime published"));
+                        done.push(name);
+                    }
                 }
-                None => false,
             }
+            // Our function and the two providers.
+            done.len() >= 1 + PROVIDERS.len()
         },
-    )?;
-    let patch = json!({"status": {"endpoint": format!("127.0.0.1:{FUNCTION_PORT}")}}).to_string();
-    lab.kube.run(&[
-        "patch",
-        "functionrevision",
-        &name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &patch,
-    ])?;
-    progress(&format!(
-        "FunctionRevision {name} served at 127.0.0.1:{FUNCTION_PORT}"
-    ));
-    Ok(())
+    )
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<(), LabError> {
+    let name = str_at(rev, "/metadata/name");
+    let mut status = serde_json::Map::new();
+    for (field, key) in [
+        ("/spec/tlsServerSecretName", "tlsServerSecretName"),
+        ("/spec/tlsClientSecretName", "tlsClientSecretName"),
+    ] {
+        let secret = str_at(rev, field);
+        if secret.is_empty() {
+            continue;
+        }
+        lab.kube.apply(&[json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": secret, "namespace": "crossplane-system"},
+            "type": "kubernetes.io/tls",
+            "data": data,
+        })])?;
+        status.insert(key.into(), json!(secret));
+    }
+    if kind == "functionrevisions" && str_at(rev, "/metadata/labels/pkg.crossplane.io~1package") == FUNCTION_NAME {
+        status.insert("endpoint".into(), json!(format!("127.0.0.1:{FUNCTION_PORT}")));
+    }
+    let patch = json!({ "status": status }).to_string();
+    lab.kube
+        .run(&["patch", kind, name, "--subresource=status", "--type=merge", "-p", &patch])
+        .map(|_| ())
 }

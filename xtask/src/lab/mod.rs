@@ -200,7 +200,7 @@ impl Lab {
         self.start_kubernetes(&pki)?;
         install::crossplane(self, &pki)?;
         install::cluster_api(self, &pki)?;
-        install::function(self, &pki, &packages)?;
+        install::function(self, &pki)?;
         install::packages(self, &packages)?;
         progress(&format!(
             "ready in {:.0} s. Reach it with:\n  cargo xtask lab exec -- kubectl get metalclusters -A\n  (KUBECONFIG={}, inside network namespace {})",
@@ -209,6 +209,17 @@ impl Lab {
             procs::NETNS
         ));
         Ok(())
+    }
+
+    /// Stops the function process (the scenario of a function crashing
+    /// mid-provisioning).
+    pub fn stop_function(&self) {
+        self.procs.stop("function");
+    }
+
+    /// Starts the function again, as a restarted pod would be.
+    pub fn start_function(&self) -> Result<(), LabError> {
+        install::function(self, &self.pki()?)
     }
 
     /// Stops what `up` started, removes the namespace and the state.

@@ -1,0 +1,511 @@
+//! Scenarios on the lab: a real management cluster (etcd, kube-apiserver,
+//! kube-controller-manager, Crossplane core, Cluster API, CAPM3, IPAM, BMO
+//! in test mode, our function over mTLS) started by `cargo xtask lab up`.
+//! Each scenario asserts what the cluster shows, not what we rendered.
+//!
+//! One harness-less binary: the scenarios share one lab and run in order
+//! (each starts from an empty namespace), and the lab is stopped at the end
+//! unless METALPLANE_LAB_KEEP is set.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use xtask::lab::kube::{condition, str_at};
+use xtask::lab::{Lab, procs};
+
+const NS: &str = "metal";
+const XR: &str = "r730";
+const HOST: &str = "r730";
+const DECOY: &str = "decoy";
+const FUNCTION: &str = "kube-farm-function-metalplane";
+
+type Outcome = Result<(), String>;
+
+fn main() -> ExitCode {
+    let started = Instant::now();
+    let lab = match Lab::open().and_then(|lab| lab.up().map(|_| lab)) {
+        Ok(lab) => lab,
+        Err(e) => {
+            eprintln!("lab: cannot start the lab: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let scenarios: [(&str, fn(&Lab) -> Outcome); 6] = [
+        ("install", install),
+        ("provision", provision),
+        ("operation", operation),
+        ("teardown-background", |l| teardown(l, false)),
+        ("bad-input-then-function-restart", bad_input_and_restart),
+        ("teardown-foreground", |l| teardown(l, true)),
+    ];
+    let mut failed = Vec::new();
+    for (name, run) in scenarios {
+        let t = Instant::now();
+        println!("scenario {name} ...");
+        match run(&lab) {
+            Ok(()) => println!(
+                "scenario {name} ... ok ({:.0} s)",
+                t.elapsed().as_secs_f64()
+            ),
+            Err(e) => {
+                println!(
+                    "scenario {name} ... FAILED ({:.0} s)\n  {e}",
+                    t.elapsed().as_secs_f64()
+                );
+                failed.push(name);
+                // Later scenarios build on this one's end state.
+                break;
+            }
+        }
+    }
+    if failed.is_empty() && std::env::var_os("METALPLANE_LAB_KEEP").is_none() {
+        if let Err(e) = lab.down() {
+            eprintln!("lab: down: {e}");
+        }
+    } else {
+        eprintln!("lab: left running for inspection (cargo xtask lab down stops it)");
+    }
+    println!(
+        "lab scenarios: {} failed, {:.0} s in all",
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Outcome {
+    if ok { Ok(()) } else { Err(what()) }
+}
+
+fn wait(what: &str, secs: u64, f: impl FnMut() -> bool) -> Outcome {
+    procs::wait_for(what, Duration::from_secs(secs), f).map_err(|e| e.to_string())
+}
+
+fn get(lab: &Lab, kind: &str, name: &str) -> Option<Value> {
+    lab.kube.get(kind, name, Some(NS))
+}
+
+fn is_true(obj: &Option<Value>, cond: &str) -> bool {
+    obj.as_ref().and_then(|o| condition(o, cond)).as_deref() == Some("True")
+}
+
+fn uid(v: &Value) -> String {
+    str_at(v, "/metadata/uid").to_string()
+}
+
+/// The Composition and the WatchOperation resolve an installed Function,
+/// installed by the package manager from the Configuration's dependency.
+fn install(lab: &Lab) -> Outcome {
+    let f = lab.kube.get("functions.pkg.crossplane.io", FUNCTION, None);
+    check(
+        is_true(&f, "Installed") && is_true(&f, "Healthy"),
+        || format!("Function {FUNCTION} is not installed and healthy: {f:?}"),
+    )?;
+    let conf = lab
+        .kube
+        .get("configurations.pkg.crossplane.io", "configuration-metalplane", None);
+    check(is_true(&conf, "Healthy"), || {
+        format!("Configuration configuration-metalplane is not healthy: {conf:?}")
+    })?;
+    let xrd = lab.kube.get(
+        "compositeresourcedefinitions",
+        "metalclusters.metal.kube.farm",
+        None,
+    );
+    check(is_true(&xrd, "Established"), || {
+        "the MetalCluster XRD is not established".into()
+    })?;
+    let functions: Vec<String> = lab
+        .kube
+        .list("functions.pkg.crossplane.io", None)
+        .iter()
+        .map(|f| str_at(f, "/metadata/name").to_string())
+        .collect();
+    let mut refs = Vec::new();
+    for c in lab.kube.list("compositions", None) {
+        if str_at(&c, "/spec/compositeTypeRef/kind") == "MetalCluster" {
+            for s in c.pointer("/spec/pipeline").and_then(Value::as_array).into_iter().flatten() {
+                refs.push(("Composition", str_at(s, "/functionRef/name").to_string()));
+            }
+        }
+    }
+    for w in lab.kube.list("watchoperations", None) {
+        for s in w
+            .pointer("/spec/operationTemplate/spec/pipeline")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            refs.push(("WatchOperation", str_at(s, "/functionRef/name").to_string()));
+        }
+    }
+    check(refs.iter().any(|(k, _)| *k == "Composition"), || {
+        "no MetalCluster Composition installed".into()
+    })?;
+    check(refs.iter().any(|(k, _)| *k == "WatchOperation"), || {
+        "no WatchOperation installed".into()
+    })?;
+    for (kind, name) in &refs {
+        check(functions.contains(name), || {
+            format!("the {kind} references function {name}, but installed are {functions:?}")
+        })?;
+    }
+    println!("  Function {FUNCTION} installed and healthy; {} function references resolve", refs.len());
+    Ok(())
+}
+
+/// One line of the live view: the XR's phase and host flag, the host.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    phase: String,
+    host_flag: bool,
+    host_state: String,
+    consumer: String,
+}
+
+fn seen(lab: &Lab) -> Seen {
+    let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
+    let h = get(lab, "baremetalhost", HOST).unwrap_or(Value::Null);
+    Seen {
+        phase: str_at(&x, "/status/phase").to_string(),
+        host_flag: x.pointer("/status/host").and_then(Value::as_bool) == Some(true),
+        host_state: str_at(&h, "/status/provisioning/state").to_string(),
+        consumer: str_at(&h, "/spec/consumerRef/name").to_string(),
+    }
+}
+
+/// Polls until `done`, recording the time each XR phase first appeared.
+fn follow(
+    lab: &Lab,
+    secs: u64,
+    done: impl Fn(&Seen) -> bool,
+) -> Result<Vec<(String, f64)>, String> {
+    let t = Instant::now();
+    let mut phases: Vec<(String, f64)> = Vec::new();
+    let mut last = None;
+    loop {
+        let s = seen(lab);
+        if last.as_ref() != Some(&s) {
+            println!(
+                "  {:>6.1}s phase={} host={} bmh={} consumer={}",
+                t.elapsed().as_secs_f64(),
+                s.phase,
+                s.host_flag,
+                s.host_state,
+                s.consumer
+            );
+            if !s.phase.is_empty() && phases.last().map(|p| &p.0) != Some(&s.phase) {
+                phases.push((s.phase.clone(), t.elapsed().as_secs_f64()));
+            }
+            last = Some(s.clone());
+        }
+        if done(&s) {
+            return Ok(phases);
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            return Err(format!("timed out after {secs} s; last seen {s:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn apply_inventory(lab: &Lab) -> Outcome {
+    lab.kube
+        .apply_file(&xtask::repo_root().join("examples/lab/inventory.yaml"))
+        .map_err(|e| e.to_string())?;
+    wait("hosts r730 and decoy available", 180, || {
+        [HOST, DECOY].iter().all(|h| {
+            get(lab, "baremetalhost", h)
+                .map(|b| str_at(&b, "/status/provisioning/state") == "available")
+                .unwrap_or(false)
+        })
+    })
+}
+
+fn example_xr() -> Result<Value, String> {
+    let docs = xtask::lab::kube::load_yaml(&xtask::repo_root().join("examples/metalcluster/r730.yaml"))
+        .map_err(|e| e.to_string())?;
+    docs.into_iter()
+        .next()
+        .ok_or_else(|| "examples/metalcluster/r730.yaml is empty".into())
+}
+
+/// The phases this lab can reach, in the order the XR must show them.
+const PHASE_ORDER: [&str; 4] = ["WaitingForHost", "Provisioning", "Bootstrapping", "InstallingCNI"];
+
+fn phases_in_order(phases: &[(String, f64)]) -> Outcome {
+    let idx: Vec<Option<usize>> = phases
+        .iter()
+        .map(|(p, _)| PHASE_ORDER.iter().position(|o| o == p))
+        .collect();
+    check(
+        idx.iter().all(Option::is_some) && idx.windows(2).all(|w| w[0] <= w[1]),
+        || format!("phases out of order or unknown: {phases:?}"),
+    )
+}
+
+/// Inventory + MetalCluster: the right host claimed and provisioned, the
+/// phases in order, `status.host` true, the decoy untouched.
+fn provision(lab: &Lab) -> Outcome {
+    apply_inventory(lab)?;
+    let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
+    lab.kube.apply(&[example_xr()?]).map_err(|e| e.to_string())?;
+    let phases = follow(lab, 420, |s| s.host_state == "provisioned" && s.host_flag)?;
+    println!(
+        "  phases (first seen, s after apply): {}",
+        phases
+            .iter()
+            .map(|(p, t)| format!("{p} {t:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    phases_in_order(&phases)?;
+    let h = get(lab, "baremetalhost", HOST).ok_or("host r730 missing")?;
+    check(
+        str_at(&h, "/spec/consumerRef/kind") == "Metal3Machine",
+        || format!("host r730 is not claimed by a Metal3Machine: {:?}", h.pointer("/spec/consumerRef")),
+    )?;
+    let m3m = str_at(&h, "/spec/consumerRef/name");
+    check(m3m.starts_with("r730-"), || {
+        format!("host r730 claimed by {m3m}, not by r730's machine")
+    })?;
+    decoy_untouched(lab, &decoy_before)
+}
+
+fn decoy_untouched(lab: &Lab, before: &Value) -> Outcome {
+    let d = get(lab, "baremetalhost", DECOY).ok_or("the decoy host was deleted")?;
+    check(
+        uid(&d) == uid(before)
+            && d.pointer("/spec/consumerRef").is_none()
+            && d.pointer("/metadata/deletionTimestamp").is_none()
+            && str_at(&d, "/status/provisioning/state") == "available"
+            && d.pointer("/spec/image").is_none(),
+        || format!("the decoy host was touched: spec={:?} status.provisioning={:?}", d.get("spec"), d.pointer("/status/provisioning")),
+    )
+}
+
+/// A Dell host's state changes produce the remediation Job in the host's
+/// namespace, its BMC credentials by secretKeyRef only.
+fn operation(lab: &Lab) -> Outcome {
+    let jobs = lab.kube.list("jobs.batch", Some(NS));
+    let ours: Vec<&Value> = jobs
+        .iter()
+        .filter(|j| str_at(j, "/metadata/name").starts_with(HOST))
+        .collect();
+    check(!ours.is_empty(), || {
+        let ops: Vec<String> = lab
+            .kube
+            .list("operations.ops.crossplane.io", None)
+            .iter()
+            .map(|o| format!("{} {:?}", str_at(o, "/metadata/name"), o.pointer("/status/pipeline")))
+            .collect();
+        format!("no remediation Job for host r730 in namespace metal; operations: {ops:?}")
+    })?;
+    for j in &ours {
+        let text = j.to_string();
+        check(!text.contains("lab-only"), || {
+            format!("Job {} carries the BMC password", str_at(j, "/metadata/name"))
+        })?;
+        let env = j
+            .pointer("/spec/template/spec/containers/0/env")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let creds: Vec<&Value> = env
+            .iter()
+            .filter(|e| {
+                let n = str_at(e, "/name").to_ascii_lowercase();
+                n.contains("user") || n.contains("pass")
+            })
+            .collect();
+        check(
+            !creds.is_empty()
+                && creds.iter().all(|e| {
+                    e.get("value").is_none()
+                        && str_at(e, "/valueFrom/secretKeyRef/name") == "r730-bmc"
+                }),
+            || format!("Job credentials are not secretKeyRefs to r730-bmc: {creds:?}"),
+        )?;
+    }
+    println!(
+        "  Jobs for r730: {}",
+        ours.iter()
+            .map(|j| str_at(j, "/metadata/name"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+/// Cluster-side kinds, each of which must hold nothing in the namespace
+/// after a teardown.
+const CLUSTER_KINDS: &str = "clusters.cluster.x-k8s.io,kubeadmcontrolplanes.controlplane.cluster.x-k8s.io,\
+machines.cluster.x-k8s.io,kubeadmconfigs.bootstrap.cluster.x-k8s.io,metal3clusters.infrastructure.cluster.x-k8s.io,\
+metal3machines.infrastructure.cluster.x-k8s.io,metal3machinetemplates.infrastructure.cluster.x-k8s.io,\
+metal3datatemplates.infrastructure.cluster.x-k8s.io,metal3datas.infrastructure.cluster.x-k8s.io,\
+metal3dataclaims.infrastructure.cluster.x-k8s.io,ippools.ipam.metal3.io,ipclaims.ipam.metal3.io,\
+ipaddresses.ipam.metal3.io,usages.protection.crossplane.io";
+
+fn leftovers(lab: &Lab) -> Result<Vec<String>, String> {
+    let out = lab
+        .kube
+        .run(&["get", CLUSTER_KINDS, "-n", NS, "-o", "name"])
+        .map_err(|e| e.to_string())?;
+    let mut left: Vec<String> = out.lines().map(str::to_string).collect();
+    let secrets = lab
+        .kube
+        .run(&["get", "secrets", "-n", NS, "-l", "cluster.x-k8s.io/cluster-name", "-o", "name"])
+        .map_err(|e| e.to_string())?;
+    left.extend(secrets.lines().map(str::to_string));
+    Ok(left)
+}
+
+/// Deletes the XR (background or foreground) and asserts the host is back
+/// in its pool, powered off, with its inventory intact.
+fn teardown(lab: &Lab, foreground: bool) -> Outcome {
+    let s = seen(lab);
+    check(s.host_state == "provisioned" && !s.consumer.is_empty(), || {
+        format!("teardown needs a provisioned, claimed host; seen {s:?}")
+    })?;
+    let inventory: BTreeMap<&str, String> = [
+        ("baremetalhost", HOST),
+        ("hardwaredata", HOST),
+        ("secret", "r730-bmc"),
+    ]
+    .iter()
+    .map(|(k, n)| (*k, get(lab, k, n).map(|v| uid(&v)).unwrap_or_default()))
+    .collect();
+    let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
+    let cascade = if foreground { "--cascade=foreground" } else { "--cascade=background" };
+    lab.kube
+        .run(&["delete", "metalcluster", XR, "-n", NS, cascade, "--wait=false"])
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    // The inventory must survive every moment of the teardown, not just
+    // its end: the garbage collector acts within seconds.
+    let mut gone_at = None;
+    loop {
+        for (kind, before) in &inventory {
+            let now = get(lab, kind, if *kind == "secret" { "r730-bmc" } else { HOST });
+            let ok = now.as_ref().is_some_and(|v| {
+                &uid(v) == before && v.pointer("/metadata/deletionTimestamp").is_none()
+            });
+            check(ok, || {
+                format!("{kind} of the inventory deleted or being deleted {:.0} s into the teardown", t.elapsed().as_secs_f64())
+            })?;
+        }
+        let s = seen(lab);
+        let xr_gone = get(lab, "metalcluster", XR).is_none();
+        if xr_gone && gone_at.is_none() {
+            gone_at = Some(t.elapsed().as_secs_f64());
+        }
+        let h = get(lab, "baremetalhost", HOST).unwrap_or(Value::Null);
+        let off = h.pointer("/status/poweredOn").and_then(Value::as_bool) == Some(false);
+        if xr_gone && s.host_state == "available" && s.consumer.is_empty() && off {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(420) {
+            return Err(format!(
+                "teardown did not finish in 420 s: XR gone={xr_gone}, host {s:?}, poweredOn off={off}; left: {:?}",
+                leftovers(lab)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    println!(
+        "  XR gone after {:.1} s, host available and off after {:.1} s",
+        gone_at.unwrap_or_default(),
+        t.elapsed().as_secs_f64()
+    );
+    let h = get(lab, "baremetalhost", HOST).ok_or("host r730 gone")?;
+    check(h.pointer("/spec/image").is_none(), || {
+        format!("host r730 still carries an image: {:?}", h.pointer("/spec/image"))
+    })?;
+    wait("nothing of the cluster left in namespace metal", 120, || {
+        leftovers(lab).map(|l| l.is_empty()).unwrap_or(false)
+    })
+    .map_err(|e| format!("{e}: {:?}", leftovers(lab)))?;
+    decoy_untouched(lab, &decoy_before)
+}
+
+/// Bad input applied live: the XR names the field, nothing is composed;
+/// the fixed spec converges. Then the function is killed mid-provisioning:
+/// nothing composed is deleted, and it converges once it is back.
+fn bad_input_and_restart(lab: &Lab) -> Outcome {
+    let mut xr = example_xr()?;
+    xr["spec"]["network"]["gateway"] = json!("10.1.1.1");
+    lab.kube.apply(&[xr.clone()]).map_err(|e| e.to_string())?;
+    let mut message = String::new();
+    wait("the XR reports the bad gateway", 60, || {
+        let x = get(lab, "metalcluster", XR);
+        message = x
+            .as_ref()
+            .and_then(|x| x.pointer("/status/conditions"))
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| str_at(c, "/type") == "Synced" && str_at(c, "/status") == "False")
+            })
+            .map(|c| str_at(c, "/message").to_string())
+            .unwrap_or_default();
+        message.contains("spec.network.gateway") && message.contains("10.1.1.1")
+    })
+    .map_err(|e| format!("{e}; last Synced message: {message:?}"))?;
+    println!("  Synced=False: {message}");
+    let composed = lab
+        .kube
+        .run(&["get", CLUSTER_KINDS, "-n", NS, "-o", "name"])
+        .map_err(|e| e.to_string())?;
+    check(composed.trim().is_empty(), || {
+        format!("bad input composed: {composed}")
+    })?;
+
+    xr["spec"]["network"]["gateway"] = json!("192.168.120.1");
+    lab.kube.apply(&[xr]).map_err(|e| e.to_string())?;
+    follow(lab, 300, |s| s.host_state == "provisioning" || s.host_state == "provisioned")?;
+    let before = composed_uids(lab);
+    check(!before.is_empty(), || "the fixed spec composed nothing".into())?;
+
+    lab.stop_function();
+    println!("  function stopped with {} composed resources", before.len());
+    // Long enough for Crossplane to retry against the dead endpoint.
+    std::thread::sleep(Duration::from_secs(20));
+    let during = composed_uids(lab);
+    check(before.iter().all(|(k, u)| during.get(k) == Some(u)), || {
+        format!("composed resources changed while the function was down: before {before:?}, during {during:?}")
+    })?;
+    lab.start_function().map_err(|e| e.to_string())?;
+    follow(lab, 420, |s| s.host_state == "provisioned" && s.host_flag)?;
+    let after = composed_uids(lab);
+    check(before.iter().all(|(k, u)| after.get(k) == Some(u)), || {
+        format!("composed resources replaced across the restart: before {before:?}, after {after:?}")
+    })
+}
+
+/// Each composed object (kind/name) with its UID, read from the API server.
+fn composed_uids(lab: &Lab) -> BTreeMap<String, String> {
+    let Some(x) = get(lab, "metalcluster", XR) else {
+        return BTreeMap::new();
+    };
+    x.pointer("/spec/crossplane/resourceRefs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let api = str_at(r, "/apiVersion");
+            let group = api.split_once('/').map(|(g, _)| g).unwrap_or("");
+            let kind = format!("{}.{group}", str_at(r, "/kind")).to_ascii_lowercase();
+            let kind = kind.trim_end_matches('.').to_string();
+            let name = str_at(r, "/name");
+            let ns = r.get("namespace").and_then(Value::as_str);
+            let obj = lab.kube.get(&kind, name, ns.or(Some(NS)))?;
+            Some((format!("{kind}/{name}"), uid(&obj)))
+        })
+        .collect()
+}
