@@ -174,7 +174,8 @@ fn seen(lab: &Lab) -> Seen {
     let h = get(lab, "baremetalhost", HOST).unwrap_or(Value::Null);
     Seen {
         phase: str_at(&x, "/status/phase").to_string(),
-        host_flag: x.pointer("/status/host").and_then(Value::as_bool) == Some(true),
+        host_flag: str_at(&x, "/status/host/name") == HOST
+            && str_at(&x, "/status/host/provisioningState") == "provisioned",
         host_state: str_at(&h, "/status/provisioning/state").to_string(),
         consumer: str_at(&h, "/spec/consumerRef/name").to_string(),
     }
@@ -229,15 +230,17 @@ fn apply_inventory(lab: &Lab) -> Outcome {
 }
 
 fn example_xr() -> Result<Value, String> {
-    let docs = xtask::lab::kube::load_yaml(&xtask::repo_root().join("examples/metalcluster/r730.yaml"))
-        .map_err(|e| e.to_string())?;
-    docs.into_iter()
-        .next()
-        .ok_or_else(|| "examples/metalcluster/r730.yaml is empty".into())
+    xtask::lab::demo::example_xr().map_err(|e| e.to_string())
 }
 
 /// The phases this lab can reach, in the order the XR must show them.
-const PHASE_ORDER: [&str; 4] = ["WaitingForHost", "Provisioning", "Bootstrapping", "InstallingCNI"];
+const PHASE_ORDER: [&str; 5] = [
+    "WaitingForHost",
+    "Provisioning",
+    "Bootstrapping",
+    "InstallingCNI",
+    "Ready",
+];
 
 fn phases_in_order(phases: &[(String, f64)]) -> Outcome {
     let idx: Vec<Option<usize>> = phases
@@ -251,12 +254,13 @@ fn phases_in_order(phases: &[(String, f64)]) -> Outcome {
 }
 
 /// Inventory + MetalCluster: the right host claimed and provisioned, the
-/// phases in order, `status.host` true, the decoy untouched.
+/// phases in order up to Ready (the Cilium Release installed into the
+/// workload API), `status.host` true, the decoy untouched.
 fn provision(lab: &Lab) -> Outcome {
     apply_inventory(lab)?;
     let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
     lab.kube.apply(&[example_xr()?]).map_err(|e| e.to_string())?;
-    let phases = follow(lab, 420, |s| s.host_state == "provisioned" && s.host_flag)?;
+    let phases = follow(lab, 600, |s| s.phase == "Ready" && s.host_flag)?;
     println!(
         "  phases (first seen, s after apply): {}",
         phases
@@ -350,7 +354,8 @@ machines.cluster.x-k8s.io,kubeadmconfigs.bootstrap.cluster.x-k8s.io,metal3cluste
 metal3machines.infrastructure.cluster.x-k8s.io,metal3machinetemplates.infrastructure.cluster.x-k8s.io,\
 metal3datatemplates.infrastructure.cluster.x-k8s.io,metal3datas.infrastructure.cluster.x-k8s.io,\
 metal3dataclaims.infrastructure.cluster.x-k8s.io,ippools.ipam.metal3.io,ipclaims.ipam.metal3.io,\
-ipaddresses.ipam.metal3.io,usages.protection.crossplane.io";
+ipaddresses.ipam.metal3.io,usages.protection.crossplane.io,releases.helm.m.crossplane.io,\
+providerconfigs.helm.m.crossplane.io";
 
 fn leftovers(lab: &Lab) -> Result<Vec<String>, String> {
     let out = lab
@@ -370,8 +375,8 @@ fn leftovers(lab: &Lab) -> Result<Vec<String>, String> {
 /// in its pool, powered off, with its inventory intact.
 fn teardown(lab: &Lab, foreground: bool) -> Outcome {
     let s = seen(lab);
-    check(s.host_state == "provisioned" && !s.consumer.is_empty(), || {
-        format!("teardown needs a provisioned, claimed host; seen {s:?}")
+    check(s.phase == "Ready" && !s.consumer.is_empty(), || {
+        format!("teardown needs a Ready MetalCluster on a claimed host; seen {s:?}")
     })?;
     let inventory: BTreeMap<&str, String> = [
         ("baremetalhost", HOST),
@@ -390,7 +395,27 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
     // The inventory must survive every moment of the teardown, not just
     // its end: the garbage collector acts within seconds.
     let mut gone_at = None;
+    let mut release_gone_at = None;
+    let mut machine_deleting_at = None;
     loop {
+        if release_gone_at.is_none() && lab.kube.list("releases.helm.m.crossplane.io", Some(NS)).is_empty() {
+            release_gone_at = Some(t.elapsed().as_secs_f64());
+        }
+        if machine_deleting_at.is_none()
+            && lab
+                .kube
+                .list("machines.cluster.x-k8s.io", Some(NS))
+                .iter()
+                .any(|m| m.pointer("/metadata/deletionTimestamp").is_some())
+        {
+            machine_deleting_at = Some(t.elapsed().as_secs_f64());
+            check(release_gone_at.is_some(), || {
+                format!(
+                    "a Machine started deleting {:.1} s into the teardown while the Cilium Release still existed",
+                    t.elapsed().as_secs_f64()
+                )
+            })?;
+        }
         for (kind, before) in &inventory {
             let now = get(lab, kind, if *kind == "secret" { "r730-bmc" } else { HOST });
             let ok = now.as_ref().is_some_and(|v| {
@@ -419,7 +444,9 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
         std::thread::sleep(Duration::from_millis(500));
     }
     println!(
-        "  XR gone after {:.1} s, host available and off after {:.1} s",
+        "  Release gone after {:.1} s, first Machine deleting at {:.1} s, XR gone after {:.1} s, host available and off after {:.1} s",
+        release_gone_at.unwrap_or_default(),
+        machine_deleting_at.unwrap_or_default(),
         gone_at.unwrap_or_default(),
         t.elapsed().as_secs_f64()
     );
@@ -481,7 +508,7 @@ fn bad_input_and_restart(lab: &Lab) -> Outcome {
         format!("composed resources changed while the function was down: before {before:?}, during {during:?}")
     })?;
     lab.start_function().map_err(|e| e.to_string())?;
-    follow(lab, 420, |s| s.host_state == "provisioned" && s.host_flag)?;
+    follow(lab, 600, |s| s.phase == "Ready" && s.host_flag)?;
     let after = composed_uids(lab);
     check(before.iter().all(|(k, u)| after.get(k) == Some(u)), || {
         format!("composed resources replaced across the restart: before {before:?}, after {after:?}")

@@ -25,6 +25,8 @@ pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 pub const DEFAULT_CHECKSUM_TYPE: &str = "sha256";
 pub const DEFAULT_DISK_FORMAT: &str = "qcow2";
 pub const DEFAULT_CILIUM_VERSION: &str = "1.18.4";
+/// Cilium's own chart repository; `spec.cni.chartRepository` overrides it.
+pub const DEFAULT_CHART_REPOSITORY: &str = "https://helm.cilium.io";
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// One problem with one field of the input.
@@ -119,6 +121,8 @@ pub struct Kubernetes {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cni {
     pub cilium_version: String,
+    /// Where the cilium chart comes from; air-gapped sites name a mirror.
+    pub chart_repository: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -316,6 +320,18 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
         )
     };
 
+    let chart_repository = r
+        .opt_str(xr, "spec.cni.chartRepository")
+        .unwrap_or_else(|| DEFAULT_CHART_REPOSITORY.to_string());
+    let chart_repository = {
+        let res = validate::chart_repository(&chart_repository);
+        r.check(
+            "spec.cni.chartRepository",
+            &chart_repository,
+            res.map(|_| chart_repository.clone()),
+        )
+    };
+
     let gpu = parse_gpu(&mut r, xr);
     let access = parse_access(&mut r, xr);
     let inference = crate::inference::parse(&mut r, xr, name.as_deref(), &namespace);
@@ -332,6 +348,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
         network,
         kubernetes,
         cilium_version,
+        chart_repository,
     ) {
         (
             Some(name),
@@ -340,6 +357,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
             Some(network),
             Some(kubernetes),
             Some(cv),
+            Some(repo),
         ) => {
             let mc = MetalCluster {
                 name,
@@ -351,7 +369,10 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
                     },
                     network,
                     kubernetes,
-                    cni: Cni { cilium_version: cv },
+                    cni: Cni {
+                        cilium_version: cv,
+                        chart_repository: repo,
+                    },
                     gpu: gpu.flatten(),
                     access: access.flatten(),
                     inference,

@@ -372,6 +372,12 @@ pub fn http_url(u: &str) -> Check {
     url_with(u, &["http", "https"]).map_err(|e| format!("{e} (an http(s) URL)"))
 }
 
+/// A Helm chart repository: http(s) index or an OCI registry path.
+pub fn chart_repository(u: &str) -> Check {
+    url_with(u, &["http", "https", "oci"])
+        .map_err(|e| format!("{e} (an http(s) chart repository or an oci:// registry path)"))
+}
+
 pub fn image_url(u: &str) -> Check {
     url_with(u, &["http", "https", "oci"]).map_err(|e| format!("{e} (an http(s) or oci URL)"))
 }

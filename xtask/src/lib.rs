@@ -194,7 +194,8 @@ pub fn write_image(
     package_layer: Option<usize>,
     tag: &str,
 ) -> Result<(), Error> {
-    let mut labels = std::collections::HashMap::new();
+    // Ordered maps: the config (and so the digest) must not depend on hash order.
+    let mut labels = std::collections::BTreeMap::new();
     labels.insert(
         "org.opencontainers.image.title".to_string(),
         "metalplane".to_string(),
@@ -211,7 +212,7 @@ pub fn write_image(
             XPKG_BASE.to_string(),
         );
     }
-    let exposed: std::collections::HashMap<String, serde_json::Value> = [
+    let exposed: std::collections::BTreeMap<String, serde_json::Value> = [
         ("9443/tcp".to_string(), json!({})),
         ("8080/tcp".to_string(), json!({})),
     ]
@@ -247,7 +248,10 @@ pub fn write_image(
                 .collect::<Result<Vec<_>, _>>()?,
         )
         .build()?;
-    let config_bytes = serde_json::to_vec(&image_config)?;
+    // Through a Value: oci-spec keeps labels and ports in HashMaps, whose
+    // order changes per process; serde_json's map is sorted, so the config
+    // digest (and the package's) is the same on every build.
+    let config_bytes = serde_json::to_vec(&serde_json::to_value(&image_config)?)?;
     let config_desc = descriptor(MediaType::ImageConfig, &config_bytes)?;
 
     let mut layer_descs = Vec::new();

@@ -8,7 +8,6 @@ use crate::names::Names;
 use crate::spec::MetalCluster;
 
 pub const HELM_API_VERSION: &str = "helm.m.crossplane.io/v1beta1";
-pub const CILIUM_REPOSITORY: &str = "https://helm.cilium.io";
 
 pub fn helm_provider_config(mc: &MetalCluster, names: &Names) -> Value {
     with_spec(
@@ -60,7 +59,7 @@ pub fn cilium_release(mc: &MetalCluster, names: &Names) -> Value {
             "forProvider": {
                 "chart": {
                     "name": "cilium",
-                    "repository": CILIUM_REPOSITORY,
+                    "repository": mc.spec.cni.chart_repository,
                     "version": mc.spec.cni.cilium_version,
                 },
                 "namespace": "kube-system",

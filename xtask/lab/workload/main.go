@@ -11,29 +11,46 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	crand "crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"math/big"
 	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	openapiv2 "github.com/google/gnostic-models/openapiv2"
+	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	inmemoryruntime "sigs.k8s.io/cluster-api/test/infrastructure/inmemory/pkg/runtime"
 	inmemorymanager "sigs.k8s.io/cluster-api/test/infrastructure/inmemory/pkg/runtime/manager"
@@ -70,6 +87,9 @@ type reconciler struct {
 	muxes map[string]*server.WorkloadClustersMux // by endpoint host
 	wcls  map[string]*server.WorkloadClustersMux // by workload cluster
 	nodes map[types.NamespacedName]booted        // by Machine
+	// TCP forwarders by endpoint (host:port), and the last backend port.
+	forwards map[string]*forwarder
+	nextPort int32
 }
 
 func main() {
@@ -102,11 +122,12 @@ func main() {
 	}
 
 	r := &reconciler{
-		Client: mgr.GetClient(),
-		memory: memory,
-		muxes:  map[string]*server.WorkloadClustersMux{},
-		wcls:   map[string]*server.WorkloadClustersMux{},
-		nodes:  map[types.NamespacedName]booted{},
+		Client:   mgr.GetClient(),
+		memory:   memory,
+		muxes:    map[string]*server.WorkloadClustersMux{},
+		wcls:     map[string]*server.WorkloadClustersMux{},
+		nodes:    map[types.NamespacedName]booted{},
+		forwards: map[string]*forwarder{},
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&clusterv1.Machine{}).Named("workload").Complete(r); err != nil {
 		fail(err)
@@ -150,8 +171,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if state != "provisioned" {
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
-	wcl := m.Namespace + "/" + m.Spec.ClusterName
-	mux, err := r.listener(ep.Host, ep.Port, wcl)
+	// The UID keeps a re-created cluster of the same name apart from the
+	// last one: its listener carries certificates of the old CA.
+	wcl := m.Namespace + "/" + m.Spec.ClusterName + "/" + string(cluster.UID)
+	caCert, caKey, err := ca(ctx, r.Client, client.ObjectKeyFromObject(cluster), secret.ClusterCA)
+	if err != nil {
+		return ctrl.Result{RequeueAfter: requeue}, err
+	}
+	mux, err := r.listener(ep.Host, ep.Port, wcl, caCert, caKey, m.Spec.Version)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -246,33 +273,283 @@ func (r *reconciler) registration(ctx context.Context, m *clusterv1.Machine, bmh
 
 // listener serves the workload API at host:port, adding host to the
 // namespace's loopback (the node's address, reachable only in the lab).
-func (r *reconciler) listener(host string, port int32, wcl string) (*server.WorkloadClustersMux, error) {
+// The in-memory mux binds its listeners on every address (":port"), which
+// would collide with the management API server and with other clusters'
+// endpoints on the same port; so each cluster gets its own backend port
+// and a TCP forwarder on exactly host:port. The mux picks the cluster's
+// certificates by the backend port the connection arrives on.
+func (r *reconciler) listener(host string, port int32, wcl string, caCert *x509.Certificate, caKey *rsa.PrivateKey, version string) (*server.WorkloadClustersMux, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if mux, ok := r.wcls[wcl]; ok {
 		return mux, nil
 	}
+	r.nextPort++
+	backend := 20000 + r.nextPort
 	mux, ok := r.muxes[host]
 	if !ok {
 		out, err := exec.Command("ip", "addr", "replace", host+"/32", "dev", "lo").CombinedOutput()
 		if err != nil {
 			return nil, fmt.Errorf("ip addr replace %s: %v: %s", host, err, out)
 		}
-		mux, err = server.NewWorkloadClustersMux(r.memory, host, server.CustomPorts{MinPort: port, MaxPort: port})
+		mux, err = server.NewWorkloadClustersMux(r.memory, host, server.CustomPorts{MinPort: backend, MaxPort: backend})
 		if err != nil {
 			return nil, err
 		}
 		r.muxes[host] = mux
 	}
 	r.memory.AddResourceGroup(wcl)
-	if _, err := mux.InitWorkloadClusterListenerWithPort(wcl, port); err != nil {
+	if _, err := mux.InitWorkloadClusterListenerWithPort(wcl, backend); err != nil {
 		return nil, err
 	}
 	if err := mux.RegisterResourceGroup(wcl, wcl); err != nil {
 		return nil, err
 	}
+	// The mux resolves a request's cluster from the port in its Host
+	// header (the endpoint's), but certificates from the port the
+	// connection arrived on (the backend's): an alias record maps the
+	// endpoint port to the same resource group. It is never started, so
+	// nothing binds the endpoint port but the forwarder.
+	alias := wcl + "@" + fmt.Sprint(port)
+	if _, err := mux.InitWorkloadClusterListenerWithPort(alias, port); err != nil {
+		return nil, err
+	}
+	if err := mux.RegisterResourceGroup(alias, wcl); err != nil {
+		return nil, err
+	}
+	target, err := newTarget(host, backend, caCert, caKey, version)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.forward(net.JoinHostPort(host, fmt.Sprint(port)), target); err != nil {
+		return nil, err
+	}
 	r.wcls[wcl] = mux
 	return mux, nil
+}
+
+// target is one cluster incarnation behind an endpoint: its serving
+// certificate (from the cluster's CA) and the backend it proxies to.
+type target struct {
+	cert    *tls.Certificate
+	proxy   *httputil.ReverseProxy
+	client  *http.Client
+	backend string
+	version string
+}
+
+func newTarget(host string, backend int32, caCert *x509.Certificate, caKey *rsa.PrivateKey, version string) (*target, error) {
+	key, err := rsa.GenerateKey(crand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP(host)},
+		DNSNames:     []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+	}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(caCert)
+	backendURL := &url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", backend)}
+	proxy := httputil.NewSingleHostReverseProxy(backendURL)
+	// Watches stream; flush every write.
+	proxy.FlushInterval = -1
+	transport := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12},
+	}
+	proxy.Transport = transport
+	director := proxy.Director
+	proxy.Director = func(req *http.Request) {
+		// Keep the client's Host: the mux finds the cluster by its port.
+		h := req.Host
+		director(req)
+		req.Host = h
+	}
+	return &target{
+		cert:    &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
+		proxy:   proxy,
+		client:  &http.Client{Transport: transport, Timeout: 10 * time.Second},
+		backend: backendURL.String(),
+		version: version,
+	}, nil
+}
+
+// ServeHTTP answers /version, which the in-memory API server does not
+// serve and Helm asks first, and proxies the rest.
+func (t *target) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path == "/version" {
+		major, minor, _ := strings.Cut(strings.TrimPrefix(t.version, "v"), ".")
+		minor, _, _ = strings.Cut(minor, ".")
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{
+			"major": major, "minor": minor, "gitVersion": t.version, "platform": "linux/amd64",
+		})
+		return
+	}
+	if req.URL.Path == "/openapi/v2" {
+		// Helm validates manifests against the OpenAPI schema, which the
+		// in-memory server does not publish: serve the built-in types'
+		// schema of the management cluster's API server (same Kubernetes).
+		doc, err := builtinOpenAPI()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+		_, _ = w.Write(doc)
+		return
+	}
+	if req.Method == http.MethodPut {
+		if err := t.unconditional(req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+	}
+	t.proxy.ServeHTTP(w, req)
+}
+
+// unconditional gives a PUT without metadata.resourceVersion the current
+// one: Kubernetes allows such unconditional updates (Helm's release
+// storage relies on them), the in-memory server answers them with a
+// conflict.
+func (t *target) unconditional(req *http.Request) error {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	// Client-go sends built-in types as protobuf, others as JSON.
+	var codec runtime.Serializer = unstructured.UnstructuredJSONScheme
+	if strings.HasPrefix(req.Header.Get("Content-Type"), "application/vnd.kubernetes.protobuf") {
+		codec = protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme)
+	}
+	obj, _, err := codec.Decode(body, nil, nil)
+	if err != nil {
+		return nil
+	}
+	acc, err := meta.Accessor(obj)
+	if err != nil || acc.GetResourceVersion() != "" {
+		return nil
+	}
+	get, err := http.NewRequestWithContext(req.Context(), http.MethodGet, t.backend+req.URL.Path, nil)
+	if err != nil {
+		return err
+	}
+	get.Host = req.Host
+	get.Header.Set("Accept", "application/json")
+	resp, err := t.client.Do(get)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	current := &metav1.PartialObjectMetadata{}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(current) != nil {
+		return nil
+	}
+	acc.SetResourceVersion(current.ResourceVersion)
+	var buf bytes.Buffer
+	if err := codec.Encode(obj, &buf); err != nil {
+		return err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+	req.ContentLength = int64(buf.Len())
+	req.Header.Set("Content-Length", fmt.Sprint(buf.Len()))
+	return nil
+}
+
+var (
+	openAPIOnce sync.Once
+	openAPIDoc  []byte
+	openAPIErr  error
+)
+
+// builtinOpenAPI is the management API server's OpenAPI v2 document (in
+// protobuf, as kubectl's validation asks for it) with only Kubernetes' own
+// definitions, no CRDs and no paths; fetched once.
+func builtinOpenAPI() ([]byte, error) {
+	openAPIOnce.Do(func() {
+		openAPIDoc, openAPIErr = fetchBuiltinOpenAPI()
+	})
+	return openAPIDoc, openAPIErr
+}
+
+func fetchBuiltinOpenAPI() ([]byte, error) {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, err
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/openapi/v2", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	doc := &openapiv2.Document{}
+	if err := proto.Unmarshal(raw, doc); err != nil {
+		return nil, err
+	}
+	kept := []*openapiv2.NamedSchema{}
+	for _, d := range doc.GetDefinitions().GetAdditionalProperties() {
+		if strings.HasPrefix(d.Name, "io.k8s.api.") || strings.HasPrefix(d.Name, "io.k8s.apimachinery.") {
+			kept = append(kept, d)
+		}
+	}
+	doc.Definitions = &openapiv2.Definitions{AdditionalProperties: kept}
+	doc.Paths = &openapiv2.Paths{}
+	return proto.Marshal(doc)
+}
+
+// forward serves endpoint (TLS, HTTP) for the current target, listening
+// the first time. r.mu is held.
+func (r *reconciler) forward(endpoint string, t *target) error {
+	if f, ok := r.forwards[endpoint]; ok {
+		f.current.Store(t)
+		return nil
+	}
+	f := &forwarder{}
+	f.current.Store(t)
+	l, err := net.Listen("tcp", endpoint)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { f.current.Load().ServeHTTP(w, req) }),
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return f.current.Load().cert, nil
+			},
+		},
+	}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	r.forwards[endpoint] = f
+	return nil
+}
+
+type forwarder struct {
+	current atomic.Pointer[target]
 }
 
 func pod(component, node string) *corev1.Pod {
@@ -454,10 +731,14 @@ func kubelet(ctx context.Context, mem inmemoryruntime.Client, name string, label
 		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &seconds, RenewTime: &renew},
 	}
-	if err := mem.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}); apierrors.IsNotFound(err) {
+	current := &coordinationv1.Lease{}
+	if err := mem.Get(ctx, client.ObjectKeyFromObject(lease), current); apierrors.IsNotFound(err) {
 		return create(ctx, mem, lease)
+	} else if err != nil {
+		return err
 	}
-	return mem.Update(ctx, lease)
+	current.Spec.RenewTime = &renew
+	return mem.Update(ctx, current)
 }
 
 // shutdownIfHostGone powers the node down once its host left provisioned.

@@ -55,12 +55,29 @@ pub fn cache_root() -> PathBuf {
     PathBuf::from(home).join(".cache/metalplane-lab")
 }
 
+fn go_sum_key(module: &Path) -> Result<String, LabError> {
+    let sum = std::fs::read(module.join("go.sum"))
+        .map_err(|e| LabError::new(format!("{}/go.sum: {e}", module.display())))?;
+    Ok(crate::sha256_hex(&sum)[..16].to_string())
+}
+
 /// The binary folder for this go.sum.
 pub fn bin_dir() -> Result<PathBuf, LabError> {
-    let sum = std::fs::read(module_dir().join("go.sum"))
-        .map_err(|e| LabError::new(format!("xtask/lab/go.sum: {e}")))?;
-    let key = crate::sha256_hex(&sum);
-    Ok(cache_root().join(format!("bin-{}", &key[..16])))
+    Ok(cache_root().join(format!("bin-{}", go_sum_key(&module_dir())?)))
+}
+
+/// Providers the lab runs as processes, each from its own module in
+/// `xtask/lab/<name>/` (their Kubernetes and crossplane-runtime versions
+/// differ from the lab module's): (binary name, Go package).
+pub const PROVIDER_BINARIES: &[(&str, &str)] = &[(
+    "provider-helm",
+    "github.com/crossplane-contrib/provider-helm/cmd/provider",
+)];
+
+/// A provider's binary, keyed by its own module's go.sum.
+pub fn provider_bin(name: &str) -> Result<PathBuf, LabError> {
+    let module = module_dir().join(name);
+    Ok(cache_root().join(format!("{name}-{}", go_sum_key(&module)?)))
 }
 
 pub fn ldflags() -> String {
@@ -94,18 +111,25 @@ pub fn ensure_binaries() -> Result<PathBuf, LabError> {
             i + 1,
             missing.len()
         ));
-        go_build(&dir, name, pkg)?;
+        go_build(&module_dir(), &dir.join(name), pkg)?;
+    }
+    for (name, pkg) in PROVIDER_BINARIES {
+        let out = provider_bin(name)?;
+        if !out.exists() {
+            progress(&format!("building {name} from {pkg} (its own module, about 5 min cold)"));
+            go_build(&module_dir().join(name), &out, pkg)?;
+        }
     }
     Ok(dir)
 }
 
-fn go_build(dir: &Path, name: &str, pkg: &str) -> Result<(), LabError> {
+fn go_build(module: &Path, out: &Path, pkg: &str) -> Result<(), LabError> {
     let started = std::time::Instant::now();
     // Build to a temporary name, then rename: an interrupted build never
     // leaves a half-written binary that would count as present.
-    let tmp = dir.join(format!(".{name}.partial"));
+    let tmp = out.with_extension("partial");
     let status = Command::new("go")
-        .current_dir(module_dir())
+        .current_dir(module)
         .env("GOFLAGS", "-mod=mod")
         // The checksum database has no entries for Metal3's modules.
         .env("GONOSUMDB", "github.com/metal3-io")
@@ -118,10 +142,16 @@ fn go_build(dir: &Path, name: &str, pkg: &str) -> Result<(), LabError> {
     if !status.success() {
         return Err(LabError::new(format!("go build {pkg} failed")));
     }
-    std::fs::rename(&tmp, dir.join(name))
-        .map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
+    // An identical rebuild keeps the old file (and its mtime), so `up`
+    // does not restart a process whose program did not change.
+    if std::fs::read(out).ok() == std::fs::read(&tmp).ok() {
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(());
+    }
+    std::fs::rename(&tmp, out).map_err(|e| LabError::new(format!("{}: {e}", out.display())))?;
     progress(&format!(
-        "built {name} in {:.0} s",
+        "built {} in {:.0} s",
+        out.display(),
         started.elapsed().as_secs_f64()
     ));
     Ok(())

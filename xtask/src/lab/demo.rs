@@ -90,6 +90,18 @@ pub fn watch(
     }
 }
 
+/// The built-in example MetalCluster, pointed at the lab's chart mirror
+/// (the lab reaches nothing outside the machine, as an air-gapped site).
+pub fn example_xr() -> Result<Value, LabError> {
+    let path = crate::repo_root().join("examples/metalcluster/r730.yaml");
+    let mut xr = super::kube::load_yaml(&path)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| LabError::new(format!("{} is empty", path.display())))?;
+    xr["spec"]["cni"]["chartRepository"] = serde_json::json!(super::charts::repository());
+    Ok(xr)
+}
+
 pub fn run(lab: &Lab) -> Result<(), LabError> {
     if !lab.kube.ready() {
         progress("the lab is not up: starting it (cargo xtask lab up)");
@@ -106,14 +118,15 @@ pub fn run(lab: &Lab) -> Result<(), LabError> {
         Duration::from_secs(120),
         || observe(lab, "r730", "r730").host_state == "available",
     )?;
-    progress("applying MetalCluster metal/r730 (examples/metalcluster/r730.yaml)");
-    lab.kube
-        .apply_file(&root.join("examples/metalcluster/r730.yaml"))?;
-    // Without a workload API at the node address the Cluster cannot become
-    // Available, so the demo's provisioning ends once the host is
-    // provisioned and the XR reports it.
-    watch(lab, "r730", "r730", Duration::from_secs(300), |o| {
-        o.host_state == "provisioned" && o.host.contains("true")
+    progress(
+        "applying MetalCluster metal/r730 (examples/metalcluster/r730.yaml, charts from the lab's mirror)",
+    );
+    lab.kube.apply(&[example_xr()?])?;
+    // The lab's workload stand-in boots the node once the host is
+    // provisioned and serves its API, so the Cluster becomes Available and
+    // Cilium installs from the lab's chart mirror.
+    watch(lab, "r730", "r730", Duration::from_secs(600), |o| {
+        o.phase == "Ready" && o.host_state == "provisioned"
     })?;
     let xr = lab.kube.get("metalcluster", "r730", Some(NAMESPACE));
     if let Some(x) = &xr {

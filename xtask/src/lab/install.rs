@@ -176,7 +176,10 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         // establishment: one retry.
         for _ in 0..3 {
             let out = procs::in_netns(&lab.bin.join("crossplane"))
-                .args(["core", "init", "--enable-webhooks=false"])
+                // --activation=*: what Crossplane's Helm chart installs by
+                // default (provider.defaultActivations), so every managed
+                // resource of an installed provider is active.
+                .args(["core", "init", "--enable-webhooks=false", "--activation=*"])
                 // kong spells the flag --cr-ds-path; the variable is stable.
                 .env("CRDS_PATH", src.join("cluster/crds"))
                 .env("KUBECONFIG", &lab.kube.kubeconfig)
@@ -216,7 +219,8 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
             "--enable-operations".into(),
             "--enable-webhooks".into(),
             format!("--webhook-port={CROSSPLANE_WEBHOOK_PORT}"),
-            "--metrics-port=8080".into(),
+            // 8080 stays free: provider-helm serves its metrics there (no flag).
+            "--metrics-port=8082".into(),
             format!("--health-probe-port={CROSSPLANE_HEALTH_PORT}"),
             format!("--tls-server-certs-dir={}", pki.server_dir().display()),
             format!(
@@ -508,25 +512,34 @@ pub fn publish_runtime(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         "tls.key": b64(&read("tls.key")?),
         "ca.crt": b64(pki.ca_pem()?.as_bytes()),
     });
-    let mut done: Vec<String> = Vec::new();
+    // Until every package is healthy: a revision that appears later (a
+    // rebuilt package has a new digest) needs the same as the first.
     procs::wait_for(
-        "the function's and providers' revisions",
-        Duration::from_secs(240),
+        "the function and providers healthy",
+        Duration::from_secs(300),
         || {
             for kind in ["functionrevisions", "providerrevisions"] {
                 for r in lab.kube.list(kind, None) {
-                    let name = str_at(&r, "/metadata/name").to_string();
-                    if str_at(&r, "/spec/desiredState") != "Active" || done.contains(&name) {
+                    let name = str_at(&r, "/metadata/name");
+                    if str_at(&r, "/spec/desiredState") != "Active"
+                        || (!str_at(&r, "/status/tlsServerSecretName").is_empty()
+                            && kube::condition(&r, "RuntimeHealthy").as_deref() == Some("True"))
+                    {
                         continue;
                     }
                     if publish_revision(lab, kind, &r, &data).is_ok() {
                         progress(&format!("{kind}/{name}: runtime published"));
-                        done.push(name);
                     }
                 }
             }
-            // Our function and the two providers.
-            done.len() >= 1 + PROVIDERS.len()
+            let healthy = |kind: &str| {
+                let items = lab.kube.list(kind, None);
+                !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|p| kube::condition(p, "Healthy").as_deref() == Some("True"))
+            };
+            healthy("functions.pkg.crossplane.io") && healthy("providers.pkg.crossplane.io")
         },
     )
 }
@@ -538,15 +551,20 @@ fn b64(bytes: &[u8]) -> String {
 
 fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<(), LabError> {
     let name = str_at(rev, "/metadata/name");
+    let package = str_at(rev, "/metadata/labels/pkg.crossplane.io~1package");
+    if package.is_empty() {
+        return Err(LabError::new(format!("{name} has no package label yet")));
+    }
+    // Under the Deployment runtime the package manager names these
+    // `<package>-tls-server` and `-tls-client` and the runtime controller
+    // records them in the revision's status; under External, the runtime
+    // (here, the lab) does both.
     let mut status = serde_json::Map::new();
-    for (field, key) in [
-        ("/spec/tlsServerSecretName", "tlsServerSecretName"),
-        ("/spec/tlsClientSecretName", "tlsClientSecretName"),
+    for (suffix, key) in [
+        ("tls-server", "tlsServerSecretName"),
+        ("tls-client", "tlsClientSecretName"),
     ] {
-        let secret = str_at(rev, field);
-        if secret.is_empty() {
-            continue;
-        }
+        let secret = format!("{package}-{suffix}");
         lab.kube.apply(&[json!({
             "apiVersion": "v1",
             "kind": "Secret",
@@ -556,11 +574,61 @@ fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<
         })])?;
         status.insert(key.into(), json!(secret));
     }
-    if kind == "functionrevisions" && str_at(rev, "/metadata/labels/pkg.crossplane.io~1package") == FUNCTION_NAME {
+    if kind == "functionrevisions" && package == FUNCTION_NAME {
         status.insert("endpoint".into(), json!(format!("127.0.0.1:{FUNCTION_PORT}")));
     }
+    // The runtime reports the runtime's health; the package is Healthy
+    // only when both the revision and its runtime are.
+    let mut conditions: Vec<Value> = rev
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| str_at(c, "/type") != "RuntimeHealthy");
+    conditions.push(json!({
+        "type": "RuntimeHealthy",
+        "status": "True",
+        "reason": "HealthyPackageRevision",
+        "lastTransitionTime": now_rfc3339(),
+    }));
+    status.insert("conditions".into(), Value::Array(conditions));
     let patch = json!({ "status": status }).to_string();
     lab.kube
         .run(&["patch", kind, name, "--subresource=status", "--type=merge", "-p", &patch])
         .map(|_| ())
+}
+
+/// provider-helm as a process (the External runtime runs no Deployment),
+/// once its package's CRDs are established: it watches them at start.
+pub fn providers(lab: &Lab) -> Result<(), LabError> {
+    procs::wait_for(
+        "provider-helm's CRDs (installed by the package manager)",
+        Duration::from_secs(180),
+        || {
+            lab.kube
+                .get("crd", "releases.helm.m.crossplane.io", None)
+                .is_some_and(|c| kube::condition(&c, "Established").as_deref() == Some("True"))
+        },
+    )?;
+    let spec = Spec {
+        name: "provider-helm",
+        program: build::provider_bin("provider-helm")?,
+        args: vec!["--poll=1m".into()],
+        env: vec![(
+            "KUBECONFIG".into(),
+            lab.kube.kubeconfig.display().to_string(),
+        )],
+    };
+    lab.start_and_wait(&spec, Duration::from_secs(60), || {
+        procs::port_open(8080)
+    })
+}
+
+/// Now as RFC 3339 (UTC), for condition timestamps.
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }

@@ -4,6 +4,7 @@
 //! (core, KCP, CABPK), CAPM3, IPAM and BMO in test mode.
 
 pub mod build;
+pub mod charts;
 pub mod demo;
 pub mod install;
 pub mod kube;
@@ -202,6 +203,8 @@ impl Lab {
         install::cluster_api(self, &pki)?;
         install::function(self, &pki)?;
         install::packages(self, &packages)?;
+        charts::serve(self)?;
+        install::providers(self)?;
         progress(&format!(
             "ready in {:.0} s. Reach it with:\n  cargo xtask lab exec -- kubectl get metalclusters -A\n  (KUBECONFIG={}, inside network namespace {})",
             started.elapsed().as_secs_f64(),

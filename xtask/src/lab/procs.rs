@@ -111,7 +111,13 @@ impl Procs {
     /// output appended to its log. Idempotent: a running process is kept.
     pub fn start(&self, spec: &Spec) -> Result<u32, LabError> {
         if let Some(pid) = self.running(spec.name) {
-            return Ok(pid);
+            // A rebuilt binary (the function after a code change, say)
+            // replaces the running one; otherwise `up` leaves it alone.
+            let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            match (modified(&spec.program), modified(&self.pid_file(spec.name))) {
+                (Some(bin), Some(started)) if bin > started => self.stop(spec.name),
+                _ => return Ok(pid),
+            }
         }
         for d in ["pids", "logs"] {
             std::fs::create_dir_all(self.state.join(d))
