@@ -210,7 +210,7 @@ fn every_new_object_and_manifest_validates() {
         let rsp = compose(&request(&xr, &obs, Some(&hosts())));
         assert_eq!(fatal(&rsp), None);
         let d = desired(&rsp);
-        assert_eq!(d.len(), 23);
+        assert_eq!(d.len(), 24);
         for (name, obj) in &d {
             let p = schemas.problems(obj);
             assert!(p.is_empty(), "{name}:\n{}", p.join("\n"));

@@ -22,6 +22,7 @@ const DECOY: &str = "decoy";
 const FUNCTION: &str = "kube-farm-function-metalplane";
 
 type Outcome = Result<(), String>;
+type Scenario = (&'static str, fn(&Lab) -> Outcome);
 
 fn main() -> ExitCode {
     let started = Instant::now();
@@ -32,7 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let scenarios: [(&str, fn(&Lab) -> Outcome); 6] = [
+    let scenarios: [Scenario; 6] = [
         ("install", install),
         ("provision", provision),
         ("operation", operation),
@@ -103,13 +104,14 @@ fn uid(v: &Value) -> String {
 /// installed by the package manager from the Configuration's dependency.
 fn install(lab: &Lab) -> Outcome {
     let f = lab.kube.get("functions.pkg.crossplane.io", FUNCTION, None);
-    check(
-        is_true(&f, "Installed") && is_true(&f, "Healthy"),
-        || format!("Function {FUNCTION} is not installed and healthy: {f:?}"),
-    )?;
-    let conf = lab
-        .kube
-        .get("configurations.pkg.crossplane.io", "configuration-metalplane", None);
+    check(is_true(&f, "Installed") && is_true(&f, "Healthy"), || {
+        format!("Function {FUNCTION} is not installed and healthy: {f:?}")
+    })?;
+    let conf = lab.kube.get(
+        "configurations.pkg.crossplane.io",
+        "configuration-metalplane",
+        None,
+    );
     check(is_true(&conf, "Healthy"), || {
         format!("Configuration configuration-metalplane is not healthy: {conf:?}")
     })?;
@@ -130,7 +132,12 @@ fn install(lab: &Lab) -> Outcome {
     let mut refs = Vec::new();
     for c in lab.kube.list("compositions", None) {
         if str_at(&c, "/spec/compositeTypeRef/kind") == "MetalCluster" {
-            for s in c.pointer("/spec/pipeline").and_then(Value::as_array).into_iter().flatten() {
+            for s in c
+                .pointer("/spec/pipeline")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 refs.push(("Composition", str_at(s, "/functionRef/name").to_string()));
             }
         }
@@ -156,7 +163,10 @@ fn install(lab: &Lab) -> Outcome {
             format!("the {kind} references function {name}, but installed are {functions:?}")
         })?;
     }
-    println!("  Function {FUNCTION} installed and healthy; {} function references resolve", refs.len());
+    println!(
+        "  Function {FUNCTION} installed and healthy; {} function references resolve",
+        refs.len()
+    );
     Ok(())
 }
 
@@ -216,6 +226,33 @@ fn follow(
     }
 }
 
+/// A lab kept from an earlier run (METALPLANE_LAB_KEEP) may still hold the
+/// MetalCluster: delete it and wait for its host, so every run starts from
+/// the same state.
+fn clean_slate(lab: &Lab) -> Outcome {
+    if get(lab, "metalcluster", XR).is_none() {
+        return Ok(());
+    }
+    println!("  deleting the MetalCluster left by an earlier run");
+    lab.kube
+        .run(&["delete", "metalcluster", XR, "-n", NS, "--wait=false"])
+        .map_err(|e| e.to_string())?;
+    // Until nothing of its cluster is left: a MetalCluster of the same name
+    // applied while the old Cluster is still deleting composes objects the
+    // old Cluster owns, and the garbage collector fights Crossplane.
+    wait(
+        "the earlier run's cluster gone and host back in its pool",
+        420,
+        || {
+            let s = seen(lab);
+            get(lab, "metalcluster", XR).is_none()
+                && s.host_state == "available"
+                && s.consumer.is_empty()
+                && leftovers(lab).is_ok_and(|l| l.is_empty())
+        },
+    )
+}
+
 fn apply_inventory(lab: &Lab) -> Outcome {
     lab.kube
         .apply_file(&xtask::repo_root().join("examples/lab/inventory.yaml"))
@@ -257,9 +294,12 @@ fn phases_in_order(phases: &[(String, f64)]) -> Outcome {
 /// phases in order up to Ready (the Cilium Release installed into the
 /// workload API), `status.host` true, the decoy untouched.
 fn provision(lab: &Lab) -> Outcome {
+    clean_slate(lab)?;
     apply_inventory(lab)?;
     let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
-    lab.kube.apply(&[example_xr()?]).map_err(|e| e.to_string())?;
+    lab.kube
+        .apply(&[example_xr()?])
+        .map_err(|e| e.to_string())?;
     let phases = follow(lab, 600, |s| s.phase == "Ready" && s.host_flag)?;
     println!(
         "  phases (first seen, s after apply): {}",
@@ -273,7 +313,12 @@ fn provision(lab: &Lab) -> Outcome {
     let h = get(lab, "baremetalhost", HOST).ok_or("host r730 missing")?;
     check(
         str_at(&h, "/spec/consumerRef/kind") == "Metal3Machine",
-        || format!("host r730 is not claimed by a Metal3Machine: {:?}", h.pointer("/spec/consumerRef")),
+        || {
+            format!(
+                "host r730 is not claimed by a Metal3Machine: {:?}",
+                h.pointer("/spec/consumerRef")
+            )
+        },
     )?;
     let m3m = str_at(&h, "/spec/consumerRef/name");
     check(m3m.starts_with("r730-"), || {
@@ -290,7 +335,13 @@ fn decoy_untouched(lab: &Lab, before: &Value) -> Outcome {
             && d.pointer("/metadata/deletionTimestamp").is_none()
             && str_at(&d, "/status/provisioning/state") == "available"
             && d.pointer("/spec/image").is_none(),
-        || format!("the decoy host was touched: spec={:?} status.provisioning={:?}", d.get("spec"), d.pointer("/status/provisioning")),
+        || {
+            format!(
+                "the decoy host was touched: spec={:?} status.provisioning={:?}",
+                d.get("spec"),
+                d.pointer("/status/provisioning")
+            )
+        },
     )
 }
 
@@ -307,14 +358,23 @@ fn operation(lab: &Lab) -> Outcome {
             .kube
             .list("operations.ops.crossplane.io", None)
             .iter()
-            .map(|o| format!("{} {:?}", str_at(o, "/metadata/name"), o.pointer("/status/pipeline")))
+            .map(|o| {
+                format!(
+                    "{} {:?}",
+                    str_at(o, "/metadata/name"),
+                    o.pointer("/status/pipeline")
+                )
+            })
             .collect();
         format!("no remediation Job for host r730 in namespace metal; operations: {ops:?}")
     })?;
     for j in &ours {
         let text = j.to_string();
         check(!text.contains("lab-only"), || {
-            format!("Job {} carries the BMC password", str_at(j, "/metadata/name"))
+            format!(
+                "Job {} carries the BMC password",
+                str_at(j, "/metadata/name")
+            )
         })?;
         let env = j
             .pointer("/spec/template/spec/containers/0/env")
@@ -365,7 +425,16 @@ fn leftovers(lab: &Lab) -> Result<Vec<String>, String> {
     let mut left: Vec<String> = out.lines().map(str::to_string).collect();
     let secrets = lab
         .kube
-        .run(&["get", "secrets", "-n", NS, "-l", "cluster.x-k8s.io/cluster-name", "-o", "name"])
+        .run(&[
+            "get",
+            "secrets",
+            "-n",
+            NS,
+            "-l",
+            "cluster.x-k8s.io/cluster-name",
+            "-o",
+            "name",
+        ])
         .map_err(|e| e.to_string())?;
     left.extend(secrets.lines().map(str::to_string));
     Ok(left)
@@ -387,9 +456,21 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
     .map(|(k, n)| (*k, get(lab, k, n).map(|v| uid(&v)).unwrap_or_default()))
     .collect();
     let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
-    let cascade = if foreground { "--cascade=foreground" } else { "--cascade=background" };
+    let cascade = if foreground {
+        "--cascade=foreground"
+    } else {
+        "--cascade=background"
+    };
     lab.kube
-        .run(&["delete", "metalcluster", XR, "-n", NS, cascade, "--wait=false"])
+        .run(&[
+            "delete",
+            "metalcluster",
+            XR,
+            "-n",
+            NS,
+            cascade,
+            "--wait=false",
+        ])
         .map_err(|e| e.to_string())?;
     let t = Instant::now();
     // The inventory must survive every moment of the teardown, not just
@@ -398,7 +479,12 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
     let mut release_gone_at = None;
     let mut machine_deleting_at = None;
     loop {
-        if release_gone_at.is_none() && lab.kube.list("releases.helm.m.crossplane.io", Some(NS)).is_empty() {
+        if release_gone_at.is_none()
+            && lab
+                .kube
+                .list("releases.helm.m.crossplane.io", Some(NS))
+                .is_empty()
+        {
             release_gone_at = Some(t.elapsed().as_secs_f64());
         }
         if machine_deleting_at.is_none()
@@ -422,7 +508,10 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
                 &uid(v) == before && v.pointer("/metadata/deletionTimestamp").is_none()
             });
             check(ok, || {
-                format!("{kind} of the inventory deleted or being deleted {:.0} s into the teardown", t.elapsed().as_secs_f64())
+                format!(
+                    "{kind} of the inventory deleted or being deleted {:.0} s into the teardown",
+                    t.elapsed().as_secs_f64()
+                )
             })?;
         }
         let s = seen(lab);
@@ -452,11 +541,16 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
     );
     let h = get(lab, "baremetalhost", HOST).ok_or("host r730 gone")?;
     check(h.pointer("/spec/image").is_none(), || {
-        format!("host r730 still carries an image: {:?}", h.pointer("/spec/image"))
+        format!(
+            "host r730 still carries an image: {:?}",
+            h.pointer("/spec/image")
+        )
     })?;
-    wait("nothing of the cluster left in namespace metal", 120, || {
-        leftovers(lab).map(|l| l.is_empty()).unwrap_or(false)
-    })
+    wait(
+        "nothing of the cluster left in namespace metal",
+        120,
+        || leftovers(lab).map(|l| l.is_empty()).unwrap_or(false),
+    )
     .map_err(|e| format!("{e}: {:?}", leftovers(lab)))?;
     decoy_untouched(lab, &decoy_before)
 }
@@ -495,23 +589,34 @@ fn bad_input_and_restart(lab: &Lab) -> Outcome {
 
     xr["spec"]["network"]["gateway"] = json!("192.168.120.1");
     lab.kube.apply(&[xr]).map_err(|e| e.to_string())?;
-    follow(lab, 300, |s| s.host_state == "provisioning" || s.host_state == "provisioned")?;
+    follow(lab, 300, |s| {
+        s.host_state == "provisioning" || s.host_state == "provisioned"
+    })?;
     let before = composed_uids(lab);
-    check(!before.is_empty(), || "the fixed spec composed nothing".into())?;
+    check(!before.is_empty(), || {
+        "the fixed spec composed nothing".into()
+    })?;
 
     lab.stop_function();
-    println!("  function stopped with {} composed resources", before.len());
+    println!(
+        "  function stopped with {} composed resources",
+        before.len()
+    );
     // Long enough for Crossplane to retry against the dead endpoint.
     std::thread::sleep(Duration::from_secs(20));
     let during = composed_uids(lab);
     check(before.iter().all(|(k, u)| during.get(k) == Some(u)), || {
-        format!("composed resources changed while the function was down: before {before:?}, during {during:?}")
+        format!(
+            "composed resources changed while the function was down: before {before:?}, during {during:?}"
+        )
     })?;
     lab.start_function().map_err(|e| e.to_string())?;
     follow(lab, 600, |s| s.phase == "Ready" && s.host_flag)?;
     let after = composed_uids(lab);
     check(before.iter().all(|(k, u)| after.get(k) == Some(u)), || {
-        format!("composed resources replaced across the restart: before {before:?}, after {after:?}")
+        format!(
+            "composed resources replaced across the restart: before {before:?}, after {after:?}"
+        )
     })
 }
 

@@ -151,7 +151,7 @@ fn stages_from_nothing_to_ready() {
     let st = desired_status(&rsp);
     assert_eq!(st["phase"], "InstallingCNI");
     assert_eq!(st["controlPlaneAvailable"], true);
-    assert_eq!(names(&rsp).len(), 11);
+    assert_eq!(names(&rsp).len(), 12);
     let ready = ready_of(&rsp);
     assert!(ready["cluster"]);
     assert!(!ready["cilium"], "Release not yet observed");
@@ -186,7 +186,7 @@ fn stages_from_nothing_to_ready() {
     // 8. A blip in the Cluster's Available condition keeps the CNI composed.
     cluster_available(&mut obs, "False");
     let rsp = compose(&request(&xr, &obs, Some(&hosts)));
-    assert_eq!(names(&rsp).len(), 11, "once composed, the CNI stays");
+    assert_eq!(names(&rsp).len(), 12, "once composed, the CNI stays");
     assert!(!ready_of(&rsp)["cluster"]);
     assert_ne!(desired_status(&rsp)["phase"], "Ready");
 }

@@ -87,6 +87,10 @@ pub fn graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'sta
             "cilium-needs-controlplane",
             cni::cilium_control_plane_usage(mc, names),
         ));
+        out.push((
+            "cilium-needs-providerconfig",
+            cni::cilium_provider_config_usage(mc, names),
+        ));
     }
     if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
         out.push((

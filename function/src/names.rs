@@ -14,6 +14,7 @@ pub struct Names {
     pub cilium_release: String,
     pub cilium_usage: String,
     pub cilium_control_plane_usage: String,
+    pub cilium_provider_config_usage: String,
     pub host_usage: String,
     pub inference_control_plane_usage: String,
     pub workload_provider_config: String,
@@ -43,6 +44,7 @@ impl Names {
             cilium_release: format!("{cluster}-cilium"),
             cilium_usage: format!("{cluster}-cilium-needs-cluster"),
             cilium_control_plane_usage: format!("{cluster}-cilium-needs-kcp"),
+            cilium_provider_config_usage: format!("{cluster}-cilium-needs-pc"),
             host_usage: format!("{xr}-host-in-use"),
             inference_control_plane_usage: format!("{xr}-inference-needs-kcp"),
             workload_provider_config: cluster.clone(),
@@ -60,7 +62,7 @@ impl Names {
         }
     }
 
-    pub fn all(&self) -> [&str; 23] {
+    pub fn all(&self) -> [&str; 24] {
         [
             &self.workload_provider_config,
             &self.lb_pool,
@@ -83,6 +85,7 @@ impl Names {
             &self.cilium_release,
             &self.cilium_usage,
             &self.cilium_control_plane_usage,
+            &self.cilium_provider_config_usage,
             &self.host_usage,
             &self.inference_control_plane_usage,
         ]

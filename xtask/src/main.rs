@@ -27,6 +27,8 @@ enum Cmd {
 enum LabCmd {
     /// Build what is missing, start every process, install the packages; returns when ready.
     Up,
+    /// Only build the lab's Go programs and the packages' binaries (what `up` builds first).
+    Build,
     /// Stop exactly what `up` started; remove the namespace and the state.
     Down,
     /// Run CMD inside the namespace with KUBECONFIG set and kubectl on PATH.
@@ -42,6 +44,9 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
     let lab = xtask::lab::Lab::open()?;
     match cmd {
         LabCmd::Up => lab.up().map(|_| 0),
+        LabCmd::Build => xtask::lab::build::ensure_binaries()
+            .and_then(|_| xtask::lab::install::ensure_packages())
+            .map(|_| 0),
         LabCmd::Down => lab.down().map(|_| 0),
         LabCmd::Exec { cmd } => lab.exec(&cmd),
         LabCmd::Demo => xtask::lab::demo::run(&lab).map(|_| 0),

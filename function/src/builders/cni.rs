@@ -89,3 +89,19 @@ pub fn cilium_usage(mc: &MetalCluster, names: &Names) -> Value {
         Ref(HELM_API_VERSION, "Release", &names.cilium_release),
     )
 }
+
+/// The Release uses its ProviderConfig: `helm uninstall` needs it, and a
+/// foreground deletion of the XR deletes every composed object at once (a
+/// lab run left the Release unable to connect, forever).
+pub fn cilium_provider_config_usage(mc: &MetalCluster, names: &Names) -> Value {
+    usage(
+        mc,
+        &names.cilium_provider_config_usage,
+        Ref(
+            HELM_API_VERSION,
+            "ProviderConfig",
+            &names.helm_provider_config,
+        ),
+        Ref(HELM_API_VERSION, "Release", &names.cilium_release),
+    )
+}

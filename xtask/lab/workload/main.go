@@ -193,6 +193,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
+	if cp {
+		// kubeadm's mark-control-plane phase labels the node.
+		labels["node-role.kubernetes.io/control-plane"] = ""
+	}
 	if err := kubelet(ctx, mem, nodeName, labels); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -520,8 +524,12 @@ func fetchBuiltinOpenAPI() ([]byte, error) {
 	return proto.Marshal(doc)
 }
 
-// forward serves endpoint (TLS, HTTP) for the current target, listening
-// the first time. r.mu is held.
+// forward serves endpoint for the current target, listening the first
+// time. r.mu is held. A connection whose TLS ServerName names an etcd
+// member is the mux's own port-forward dialling back (it dials the
+// request's Host): it passes through untouched to the backend, which
+// serves that member's certificate. Every other connection is the API:
+// TLS ends here and HTTP is proxied.
 func (r *reconciler) forward(endpoint string, t *target) error {
 	if f, ok := r.forwards[endpoint]; ok {
 		f.current.Store(t)
@@ -533,6 +541,7 @@ func (r *reconciler) forward(endpoint string, t *target) error {
 	if err != nil {
 		return err
 	}
+	api := &chanListener{conns: make(chan net.Conn), addr: l.Addr()}
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { f.current.Load().ServeHTTP(w, req) }),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -543,10 +552,85 @@ func (r *reconciler) forward(endpoint string, t *target) error {
 			},
 		},
 	}
-	go func() { _ = srv.ServeTLS(l, "", "") }()
+	go func() { _ = srv.ServeTLS(api, "", "") }()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				sni, replay := peekServerName(conn)
+				in := &replayConn{Conn: conn, r: replay}
+				if !strings.HasPrefix(sni, "etcd-") {
+					api.conns <- in
+					return
+				}
+				defer in.Close()
+				out, err := net.Dial("tcp", strings.TrimPrefix(f.current.Load().backend, "https://"))
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
 	r.forwards[endpoint] = f
 	return nil
 }
+
+// peekServerName reads the TLS ClientHello's server name; the returned
+// reader yields every byte read from conn again, then the rest.
+func peekServerName(conn net.Conn) (string, io.Reader) {
+	var seen bytes.Buffer
+	var name string
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = tls.Server(readOnlyConn{r: io.TeeReader(conn, &seen)}, &tls.Config{
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			name = h.ServerName
+			return nil, errPeeked
+		},
+	}).Handshake()
+	_ = conn.SetReadDeadline(time.Time{})
+	return name, io.MultiReader(&seen, conn)
+}
+
+var errPeeked = fmt.Errorf("client hello read")
+
+type readOnlyConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c readOnlyConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c readOnlyConn) Write(p []byte) (int, error)      { return 0, io.ErrClosedPipe }
+func (c readOnlyConn) Close() error                     { return nil }
+func (c readOnlyConn) SetDeadline(time.Time) error      { return nil }
+func (c readOnlyConn) SetReadDeadline(time.Time) error  { return nil }
+func (c readOnlyConn) SetWriteDeadline(time.Time) error { return nil }
+func (c readOnlyConn) LocalAddr() net.Addr              { return nil }
+func (c readOnlyConn) RemoteAddr() net.Addr             { return nil }
+
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// chanListener hands connections the forwarder accepted to http.Server.
+type chanListener struct {
+	conns chan net.Conn
+	addr  net.Addr
+}
+
+func (l *chanListener) Accept() (net.Conn, error) { return <-l.conns, nil }
+func (l *chanListener) Close() error              { return nil }
+func (l *chanListener) Addr() net.Addr            { return l.addr }
 
 type forwarder struct {
 	current atomic.Pointer[target]

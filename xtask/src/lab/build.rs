@@ -116,7 +116,9 @@ pub fn ensure_binaries() -> Result<PathBuf, LabError> {
     for (name, pkg) in PROVIDER_BINARIES {
         let out = provider_bin(name)?;
         if !out.exists() {
-            progress(&format!("building {name} from {pkg} (its own module, about 5 min cold)"));
+            progress(&format!(
+                "building {name} from {pkg} (its own module, about 5 min cold)"
+            ));
             go_build(&module_dir().join(name), &out, pkg)?;
         }
     }

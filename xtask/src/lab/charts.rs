@@ -94,7 +94,8 @@ fn chart_tgz() -> Result<Vec<u8>, LabError> {
         h.set_mode(0o644);
         h.set_size(text.len() as u64);
         h.set_mtime(0);
-        tar.append_data(&mut h, path, text.as_bytes()).map_err(err)?;
+        tar.append_data(&mut h, path, text.as_bytes())
+            .map_err(err)?;
     }
     tar.into_inner().map_err(err)?.finish().map_err(err)
 }

@@ -350,7 +350,8 @@ pub const PROVIDERS: &[(&str, &str)] = &[
 /// Builds the MetalPlane packages and the provider packages.
 pub fn ensure_packages() -> Result<Packages, LabError> {
     progress("building MetalPlane's packages (cargo xtask package)");
-    let out = crate::package_in(&cargo_target()).map_err(|e| LabError::new(format!("package: {e}")))?;
+    let out =
+        crate::package_in(&cargo_target()).map_err(|e| LabError::new(format!("package: {e}")))?;
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
     let mut images = vec![
         (
@@ -504,9 +505,8 @@ pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
 /// status, and for our function publishes its endpoint.
 pub fn publish_runtime(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     let server = pki.server_dir();
-    let read = |f: &str| {
-        std::fs::read(server.join(f)).map_err(|e| LabError::new(format!("{f}: {e}")))
-    };
+    let read =
+        |f: &str| std::fs::read(server.join(f)).map_err(|e| LabError::new(format!("{f}: {e}")));
     let data = json!({
         "tls.crt": b64(&read("tls.crt")?),
         "tls.key": b64(&read("tls.key")?),
@@ -575,7 +575,10 @@ fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<
         status.insert(key.into(), json!(secret));
     }
     if kind == "functionrevisions" && package == FUNCTION_NAME {
-        status.insert("endpoint".into(), json!(format!("127.0.0.1:{FUNCTION_PORT}")));
+        status.insert(
+            "endpoint".into(),
+            json!(format!("127.0.0.1:{FUNCTION_PORT}")),
+        );
     }
     // The runtime reports the runtime's health; the package is Healthy
     // only when both the revision and its runtime are.
@@ -594,7 +597,15 @@ fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<
     status.insert("conditions".into(), Value::Array(conditions));
     let patch = json!({ "status": status }).to_string();
     lab.kube
-        .run(&["patch", kind, name, "--subresource=status", "--type=merge", "-p", &patch])
+        .run(&[
+            "patch",
+            kind,
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch,
+        ])
         .map(|_| ())
 }
 
@@ -619,9 +630,7 @@ pub fn providers(lab: &Lab) -> Result<(), LabError> {
             lab.kube.kubeconfig.display().to_string(),
         )],
     };
-    lab.start_and_wait(&spec, Duration::from_secs(60), || {
-        procs::port_open(8080)
-    })
+    lab.start_and_wait(&spec, Duration::from_secs(60), || procs::port_open(8080))
 }
 
 /// Now as RFC 3339 (UTC), for condition timestamps.
