@@ -19,10 +19,11 @@ const BASE: [&str; 6] = [
     "metal3datatemplate",
     "metal3machinetemplate",
 ];
-const CNI: [&str; 4] = [
+const CNI: [&str; 5] = [
     "cilium",
     "cilium-needs-cluster",
     "cilium-needs-controlplane",
+    "cilium-needs-providerconfig",
     "helm-providerconfig",
 ];
 

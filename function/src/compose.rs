@@ -31,11 +31,12 @@ pub const NO_AVAILABLE_HOST: &str = "NoAvailableHost";
 
 /// Composition resource names of the CNI family, composed only once the
 /// workload API server exists.
-pub const CNI_RESOURCES: [&str; 4] = [
+pub const CNI_RESOURCES: [&str; 5] = [
     "helm-providerconfig",
     "cilium",
     "cilium-needs-cluster",
     "cilium-needs-controlplane",
+    "cilium-needs-providerconfig",
 ];
 
 /// The Modelplane family, composed once the workload API server exists.

@@ -265,6 +265,21 @@ impl Reader {
         out
     }
 
+    /// An optional string with a default, validated by `rule`.
+    fn defaulted(
+        &mut self,
+        root: &Value,
+        path: &str,
+        default: &str,
+        rule: fn(&str) -> Result<(), String>,
+    ) -> Option<String> {
+        let v = self
+            .opt_str(root, path)
+            .unwrap_or_else(|| default.to_string());
+        let res = rule(&v);
+        self.check(path, &v, res.map(|_| v.clone()))
+    }
+
     fn check<T>(&mut self, path: &str, raw: &str, parsed: Result<T, String>) -> Option<T> {
         match parsed {
             Ok(v) => Some(v),
@@ -308,29 +323,18 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     let network = parse_network(&mut r, xr);
     let kubernetes = parse_kubernetes(&mut r, xr);
 
-    let cilium_version = r
-        .opt_str(xr, "spec.cni.ciliumVersion")
-        .unwrap_or_else(|| DEFAULT_CILIUM_VERSION.to_string());
-    let cilium_version = {
-        let res = validate::chart_version(&cilium_version);
-        r.check(
-            "spec.cni.ciliumVersion",
-            &cilium_version,
-            res.map(|_| cilium_version.clone()),
-        )
-    };
-
-    let chart_repository = r
-        .opt_str(xr, "spec.cni.chartRepository")
-        .unwrap_or_else(|| DEFAULT_CHART_REPOSITORY.to_string());
-    let chart_repository = {
-        let res = validate::chart_repository(&chart_repository);
-        r.check(
-            "spec.cni.chartRepository",
-            &chart_repository,
-            res.map(|_| chart_repository.clone()),
-        )
-    };
+    let cilium_version = r.defaulted(
+        xr,
+        "spec.cni.ciliumVersion",
+        DEFAULT_CILIUM_VERSION,
+        validate::chart_version,
+    );
+    let chart_repository = r.defaulted(
+        xr,
+        "spec.cni.chartRepository",
+        DEFAULT_CHART_REPOSITORY,
+        validate::chart_repository,
+    );
 
     let gpu = parse_gpu(&mut r, xr);
     let access = parse_access(&mut r, xr);

@@ -483,15 +483,7 @@ pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
     })])?;
     progress("Configuration applied; waiting for the package manager to install the function");
     publish_runtime(lab, &lab.pki()?)?;
-    procs::wait_for(
-        "the MetalCluster API (XRD established)",
-        Duration::from_secs(180),
-        || {
-            lab.kube
-                .get("crd", "metalclusters.metal.kube.farm", None)
-                .is_some_and(|c| kube::condition(&c, "Established").as_deref() == Some("True"))
-        },
-    )?;
+    wait_crd(lab, "metalclusters.metal.kube.farm", "the MetalCluster API (XRD established)")?;
     progress("MetalCluster API installed");
     Ok(())
 }
@@ -612,14 +604,10 @@ fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<
 /// provider-helm as a process (the External runtime runs no Deployment),
 /// once its package's CRDs are established: it watches them at start.
 pub fn providers(lab: &Lab) -> Result<(), LabError> {
-    procs::wait_for(
+    wait_crd(
+        lab,
+        "releases.helm.m.crossplane.io",
         "provider-helm's CRDs (installed by the package manager)",
-        Duration::from_secs(180),
-        || {
-            lab.kube
-                .get("crd", "releases.helm.m.crossplane.io", None)
-                .is_some_and(|c| kube::condition(&c, "Established").as_deref() == Some("True"))
-        },
     )?;
     let spec = Spec {
         name: "provider-helm",
@@ -640,4 +628,13 @@ fn now_rfc3339() -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+/// Waits until the CRD `name` is Established; `what` names it in progress.
+fn wait_crd(lab: &Lab, name: &str, what: &str) -> Result<(), LabError> {
+    procs::wait_for(what, Duration::from_secs(180), || {
+        lab.kube
+            .get("crd", name, None)
+            .is_some_and(|c| kube::condition(&c, "Established").as_deref() == Some("True"))
+    })
 }
