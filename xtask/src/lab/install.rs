@@ -483,7 +483,11 @@ pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
     })])?;
     progress("Configuration applied; waiting for the package manager to install the function");
     publish_runtime(lab, &lab.pki()?)?;
-    wait_crd(lab, "metalclusters.metal.kube.farm", "the MetalCluster API (XRD established)")?;
+    wait_crd(
+        lab,
+        "metalclusters.metal.kube.farm",
+        "the MetalCluster API (XRD established)",
+    )?;
     progress("MetalCluster API installed");
     Ok(())
 }
