@@ -1,5 +1,6 @@
 //! End to end against real upstream tools, built by this test from the Go
-//! module proxy (tests/tools/go.mod) into .cache/bin the first time:
+//! module proxy (tests/tools/go.mod) into ~/.cache/metalplane-lab the first
+//! time:
 //! - the Crossplane CLI (v2.2 `crank`): `render`, `alpha render op` and
 //!   `beta validate` against our function served on loopback, with the
 //!   CLI's output required to equal our own `render`/`operate` output;
@@ -17,16 +18,35 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
+/// Outside the clone, keyed by tests/tools/go.sum, beside the lab's
+/// binaries (`$METALPLANE_LAB_CACHE`, else `~/.cache/metalplane-lab`): a
+/// fresh CI clone finds the tools of the last run instead of building
+/// them again.
 fn bin_dir() -> PathBuf {
-    repo_root().join(".cache/bin")
+    use sha2::{Digest, Sha256};
+    let sum = std::fs::read(repo_root().join("tests/tools/go.sum")).expect("tests/tools/go.sum");
+    let key: String = Sha256::digest(&sum)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let root = std::env::var_os("METALPLANE_LAB_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/metalplane-lab")
+        });
+    root.join(format!("e2e-tools-{key}"))
 }
 
 /// Builds the Go tools once per machine (about 5 minutes cold on 2 cores).
+/// Go's own module and build caches (outside the clone) are shared with
+/// the lab's builds.
 fn go_tools() -> &'static PathBuf {
     static T: OnceLock<PathBuf> = OnceLock::new();
     T.get_or_init(|| {
         let bin = bin_dir();
-        let cache = repo_root().join(".cache/go");
+        std::fs::create_dir_all(&bin).expect("the tools' cache folder");
         for (out, pkg) in [
             ("crank", "github.com/crossplane/crossplane/v2/cmd/crank"),
             ("apiextensions-apiserver", "k8s.io/apiextensions-apiserver"),
@@ -34,18 +54,19 @@ fn go_tools() -> &'static PathBuf {
             if bin.join(out).exists() {
                 continue;
             }
+            // Built under a temporary name: an interrupted build never
+            // leaves a binary that would count as present.
+            let partial = bin.join(format!("{out}.partial"));
             let status = Command::new("go")
                 .current_dir(repo_root().join("tests/tools"))
-                .env("GOPATH", &cache)
-                .env("GOMODCACHE", cache.join("mod"))
-                .env("GOCACHE", cache.join("build"))
                 .env("GOFLAGS", "-mod=mod")
                 .args(["build", "-o"])
-                .arg(bin.join(out))
+                .arg(&partial)
                 .arg(pkg)
                 .status()
                 .expect("the go command runs (Go is part of this machine kind)");
             assert!(status.success(), "go build {pkg} failed");
+            std::fs::rename(&partial, bin.join(out)).expect("rename the built tool");
         }
         bin
     })
