@@ -107,7 +107,7 @@ pub fn ensure_binaries() -> Result<PathBuf, LabError> {
         .collect();
     for (i, (name, pkg)) in missing.iter().enumerate() {
         progress(&format!(
-            "building {name} ({}/{}) from {pkg}; a cold build of the whole set takes about 30 min on 2 cores",
+            "building {name} ({}/{}) from {pkg}; a cold build of the whole set took about 15 min on 2 cores",
             i + 1,
             missing.len()
         ));
