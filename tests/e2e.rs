@@ -23,20 +23,9 @@ use serde_json::{Value, json};
 /// fresh CI clone finds the tools of the last run instead of building
 /// them again.
 fn bin_dir() -> PathBuf {
-    use sha2::{Digest, Sha256};
-    let sum = std::fs::read(repo_root().join("tests/tools/go.sum")).expect("tests/tools/go.sum");
-    let key: String = Sha256::digest(&sum)
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let root = std::env::var_os("METALPLANE_LAB_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".cache/metalplane-lab")
-        });
-    root.join(format!("e2e-tools-{key}"))
+    use xtask::lab::build::{cache_root, go_sum_key};
+    let key = go_sum_key(&repo_root().join("tests/tools")).expect("tests/tools/go.sum");
+    cache_root().join(format!("e2e-tools-{key}"))
 }
 
 /// Builds the Go tools once per machine (about 5 minutes cold on 2 cores).

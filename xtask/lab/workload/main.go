@@ -182,18 +182,17 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	nodeName, labels, err := r.registration(ctx, m, bmh)
+	cfg, err := r.bootstrapConfig(ctx, m)
 	if err != nil {
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
+	nodeName, labels := registration(cfg, m, bmh)
 	mem := r.memory.GetResourceGroup(wcl).GetClient()
 	cp := util.IsControlPlaneMachine(m)
 	if cp {
-		if err := r.controlPlane(ctx, mem, mux, cluster, wcl, nodeName, m); err != nil {
+		if err := r.controlPlane(ctx, mem, mux, cluster, wcl, nodeName, m, cfg, caCert, caKey); err != nil {
 			return ctrl.Result{}, err
 		}
-	}
-	if cp {
 		// kubeadm's mark-control-plane phase labels the node.
 		labels["node-role.kubernetes.io/control-plane"] = ""
 	}
@@ -228,15 +227,20 @@ func (r *reconciler) host(ctx context.Context, m *clusterv1.Machine) (*unstructu
 	return bmh, nil
 }
 
-// registration is what the kubelet registers as: the node name and labels
-// of the Machine's KubeadmConfig, with the metadata cloud-init would give.
-func (r *reconciler) registration(ctx context.Context, m *clusterv1.Machine, bmh *unstructured.Unstructured) (string, map[string]string, error) {
+// bootstrapConfig is the Machine's KubeadmConfig, read once a reconcile.
+func (r *reconciler) bootstrapConfig(ctx context.Context, m *clusterv1.Machine) (*unstructured.Unstructured, error) {
 	ref := m.Spec.Bootstrap.ConfigRef
 	cfg := &unstructured.Unstructured{}
 	cfg.SetGroupVersionKind(schema.GroupVersionKind{Group: ref.APIGroup, Version: "v1beta2", Kind: ref.Kind})
 	if err := r.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, cfg); err != nil {
-		return "", nil, err
+		return nil, err
 	}
+	return cfg, nil
+}
+
+// registration is what the kubelet registers as: the node name and labels
+// of the Machine's KubeadmConfig, with the metadata cloud-init would give.
+func registration(cfg *unstructured.Unstructured, m *clusterv1.Machine, bmh *unstructured.Unstructured) (string, map[string]string) {
 	meta := map[string]string{
 		"{{ ds.meta_data.uuid }}":           string(bmh.GetUID()),
 		"{{ ds.meta_data.name }}":           m.Name,
@@ -272,7 +276,7 @@ func (r *reconciler) registration(ctx context.Context, m *clusterv1.Machine, bmh
 			}
 		}
 	}
-	return name, labels, nil
+	return name, labels
 }
 
 // listener serves the workload API at host:port, adding host to the
@@ -661,7 +665,7 @@ func create(ctx context.Context, c inmemoryruntime.Client, o client.Object) erro
 // controlPlane starts what kubeadm init/join starts on a control-plane
 // node: etcd (a member of the cluster's etcd), the API server, the
 // scheduler and controller manager, and kubeadm's cluster objects.
-func (r *reconciler) controlPlane(ctx context.Context, mem inmemoryruntime.Client, mux *server.WorkloadClustersMux, cluster *clusterv1.Cluster, wcl, node string, m *clusterv1.Machine) error {
+func (r *reconciler) controlPlane(ctx context.Context, mem inmemoryruntime.Client, mux *server.WorkloadClustersMux, cluster *clusterv1.Cluster, wcl, node string, m *clusterv1.Machine, cfg *unstructured.Unstructured, caCert *x509.Certificate, caKey *rsa.PrivateKey) error {
 	etcd := pod("etcd", node)
 	if err := mem.Get(ctx, client.ObjectKeyFromObject(etcd), etcd); apierrors.IsNotFound(err) {
 		clusterID, leader := "", true
@@ -701,11 +705,7 @@ func (r *reconciler) controlPlane(ctx context.Context, mem inmemoryruntime.Clien
 		return err
 	}
 	if !mux.HasAPIServer(wcl, api.Name) {
-		cert, k, err := ca(ctx, r.Client, key, secret.ClusterCA)
-		if err != nil {
-			return err
-		}
-		if err := mux.AddAPIServer(wcl, api.Name, cert, k); err != nil {
+		if err := mux.AddAPIServer(wcl, api.Name, caCert, caKey); err != nil {
 			return err
 		}
 	}
@@ -740,7 +740,7 @@ func (r *reconciler) controlPlane(ctx context.Context, mem inmemoryruntime.Clien
 			}}},
 		},
 	}
-	if !skipsKubeProxy(ctx, r.Client, m) {
+	if !skipsKubeProxy(cfg) {
 		objs = append(objs, &appsv1.DaemonSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-proxy", Labels: map[string]string{"component": "kube-proxy"}},
 			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
@@ -758,13 +758,7 @@ func (r *reconciler) controlPlane(ctx context.Context, mem inmemoryruntime.Clien
 
 // skipsKubeProxy reports whether the Machine's kubeadm init skips the
 // kube-proxy addon (skipPhases addon/kube-proxy), as kubeadm would.
-func skipsKubeProxy(ctx context.Context, c client.Client, m *clusterv1.Machine) bool {
-	ref := m.Spec.Bootstrap.ConfigRef
-	cfg := &unstructured.Unstructured{}
-	cfg.SetGroupVersionKind(schema.GroupVersionKind{Group: ref.APIGroup, Version: "v1beta2", Kind: ref.Kind})
-	if err := c.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, cfg); err != nil {
-		return false
-	}
+func skipsKubeProxy(cfg *unstructured.Unstructured) bool {
 	phases, _, _ := unstructured.NestedStringSlice(cfg.Object, "spec", "initConfiguration", "skipPhases")
 	for _, p := range phases {
 		if p == "addon/kube-proxy" {

@@ -55,7 +55,8 @@ pub fn cache_root() -> PathBuf {
     PathBuf::from(home).join(".cache/metalplane-lab")
 }
 
-fn go_sum_key(module: &Path) -> Result<String, LabError> {
+/// The cache key of a Go module: the start of its go.sum's SHA-256.
+pub fn go_sum_key(module: &Path) -> Result<String, LabError> {
     let sum = std::fs::read(module.join("go.sum"))
         .map_err(|e| LabError::new(format!("{}/go.sum: {e}", module.display())))?;
     Ok(crate::sha256_hex(&sum)[..16].to_string())

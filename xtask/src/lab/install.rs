@@ -613,25 +613,14 @@ pub fn providers(lab: &Lab) -> Result<(), LabError> {
         "releases.helm.m.crossplane.io",
         "provider-helm's CRDs (installed by the package manager)",
     )?;
-    let spec = Spec {
-        name: "provider-helm",
-        program: build::provider_bin("provider-helm")?,
-        args: vec!["--poll=1m".into()],
-        env: vec![(
-            "KUBECONFIG".into(),
-            lab.kube.kubeconfig.display().to_string(),
-        )],
-    };
+    let mut spec = lab.spec("provider-helm", "provider-helm", &["--poll=1m".into()]);
+    spec.program = build::provider_bin("provider-helm")?;
     lab.start_and_wait(&spec, Duration::from_secs(60), || procs::port_open(8080))
 }
 
 /// Now as RFC 3339 (UTC), for condition timestamps.
 fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// Waits until the CRD `name` is Established; `what` names it in progress.
