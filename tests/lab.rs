@@ -33,16 +33,25 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let scenarios: [Scenario; 6] = [
+    let scenarios: [Scenario; 7] = [
         ("install", install),
         ("provision", provision),
         ("operation", operation),
+        ("operation-any-namespace", operation_any_namespace),
         ("teardown-background", |l| teardown(l, false)),
         ("bad-input-then-function-restart", bad_input_and_restart),
         ("teardown-foreground", |l| teardown(l, true)),
     ];
+    // METALPLANE_LAB_ONLY=a,b runs just those scenarios (while developing
+    // one; each leaves the lab as the next expects only in the full run).
+    let only: Option<Vec<String>> = std::env::var("METALPLANE_LAB_ONLY")
+        .ok()
+        .map(|s| s.split(',').map(str::to_string).collect());
     let mut failed = Vec::new();
     for (name, run) in scenarios {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
+            continue;
+        }
         let t = Instant::now();
         println!("scenario {name} ...");
         match run(&lab) {
@@ -404,6 +413,125 @@ fn operation(lab: &Lab) -> Outcome {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    Ok(())
+}
+
+/// Namespace of the hosts that prove the WatchOperation is not bound to
+/// the example's namespace.
+const RACK_B: &str = "rack-b";
+
+/// Two Dell hosts registered at once in another namespace, inspection on:
+/// both enter `inspecting` together and each gets its own boot-order Job.
+fn rack_b_hosts() -> Vec<Value> {
+    let mut docs =
+        vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RACK_B}})];
+    for (i, name) in ["b1", "b2"].iter().enumerate() {
+        docs.push(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-bmc"), "namespace": RACK_B},
+            "stringData": {"username": "root", "password": "lab-only"},
+        }));
+        docs.push(json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": name, "namespace": RACK_B, "labels": {"metal.kube.farm/pool": "rack-b"}},
+            "spec": {
+                "online": false,
+                "bootMACAddress": format!("18:66:da:00:0b:0{i}"),
+                "bmc": {
+                    "address": format!("idrac-virtualmedia://192.168.120.{}/redfish/v1/Systems/System.Embedded.1", 40 + i),
+                    "credentialsName": format!("{name}-bmc"),
+                },
+            },
+        }));
+    }
+    docs
+}
+
+fn operations(lab: &Lab) -> Vec<Value> {
+    lab.kube.list("operations.ops.crossplane.io", None)
+}
+
+fn operation_outputs(lab: &Lab) -> Vec<String> {
+    operations(lab)
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {}",
+                str_at(o, "/metadata/name"),
+                o.pointer("/status/pipeline/0/output")
+                    .map(Value::to_string)
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Hosts outside the example's namespace get their Jobs, two hosts changing
+/// at once both get theirs, and a deleted host leaves a succeeded
+/// Operation (not a failed one).
+fn operation_any_namespace(lab: &Lab) -> Outcome {
+    lab.kube.apply(&rack_b_hosts()).map_err(|e| e.to_string())?;
+    let want = ["b1-inspec-none", "b2-inspec-none"];
+    let jobs = |lab: &Lab| -> Vec<String> {
+        lab.kube
+            .list("jobs.batch", Some(RACK_B))
+            .iter()
+            .map(|j| str_at(j, "/metadata/name").to_string())
+            .collect()
+    };
+    let waited = wait("boot-order Jobs for b1 and b2 in rack-b", 180, || {
+        let have = jobs(lab);
+        want.iter().all(|w| have.iter().any(|h| h == w))
+    });
+    if let Err(e) = waited {
+        return Err(format!(
+            "{e}; Jobs in {RACK_B}: {:?}; operations: {:?}",
+            jobs(lab),
+            operation_outputs(lab)
+        ));
+    }
+    println!("  Jobs in {RACK_B}: {}", jobs(lab).join(", "));
+    lab.kube
+        .run(&[
+            "delete",
+            "baremetalhost",
+            "b2",
+            "-n",
+            RACK_B,
+            "--wait=true",
+            "--timeout=120s",
+        ])
+        .map_err(|e| e.to_string())?;
+    let gone_ok = |o: &Value| {
+        condition(o, "Succeeded").as_deref() == Some("True")
+            && o.pointer("/status/pipeline/0/output/reason")
+                .and_then(Value::as_str)
+                .is_some_and(|r| r.contains("no longer exists"))
+    };
+    let failed = |lab: &Lab| {
+        operations(lab)
+            .iter()
+            .filter(|o| condition(o, "Succeeded").as_deref() == Some("False"))
+            .map(|o| str_at(o, "/metadata/name").to_string())
+            .collect::<Vec<_>>()
+    };
+    let waited = wait("a succeeded Operation for the deleted host b2", 60, || {
+        operations(lab).iter().any(gone_ok)
+    });
+    if let Err(e) = waited {
+        return Err(format!("{e}; operations: {:?}", operation_outputs(lab)));
+    }
+    let f = failed(lab);
+    check(f.is_empty(), || format!("failed Operations: {f:?}"))?;
+    lab.kube
+        .run(&[
+            "delete",
+            "namespace",
+            RACK_B,
+            "--wait=true",
+            "--timeout=180s",
+        ])
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 

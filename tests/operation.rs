@@ -464,3 +464,30 @@ async fn operation_round_trip_over_grpc() {
         .remove("ops.crossplane.io/watched-resource");
     assert!(!metalplane::operate::is_operation(&req));
 }
+
+/// Crossplane fetches the watched host when the Operation starts; a host
+/// deleted by then arrives as an empty entry. That is no failure.
+#[test]
+fn a_vanished_host_is_reported_not_failed() {
+    let mut req =
+        render::operation_request(&bmh("r730", IDRAC, "provisioning"), None).expect("request");
+    let watched = req
+        .required_resources
+        .get_mut("ops.crossplane.io/watched-resource")
+        .expect("watched entry");
+    watched.items.clear();
+    assert!(metalplane::operate::is_operation(&req));
+    let rsp = metalplane::run(&req);
+    assert!(rsp.results.is_empty(), "{:?}", rsp.results);
+    let output = struct_to_json(rsp.output.as_ref().expect("output"));
+    assert_eq!(output["action"], "none");
+    assert!(
+        output["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no longer exists"),
+        "{output}"
+    );
+    let desired = rsp.desired.map(|d| d.resources.len()).unwrap_or_default();
+    assert_eq!(desired, 0, "no Job for a host that is gone");
+}

@@ -59,7 +59,16 @@ pub fn operate(req: &RunFunctionRequest) -> RunFunctionResponse {
         return rsp;
     }
     let Some(bmh) = request::get_watched_resource(req) else {
-        response::fatal(&mut rsp, "the operation carries no watched resource");
+        // Crossplane runs an Operation for a deletion too, and fetches the
+        // watched host when the Operation starts: a host deleted meanwhile
+        // arrives as nothing. There is nothing to remediate; failing the
+        // Operation would only page someone for a normal deletion.
+        let out = json!({
+            "action": "none",
+            "reason": "the watched host no longer exists (deleted): nothing to remediate",
+        });
+        let _ = response::set_output(&mut rsp, &out);
+        tracing::info!("operation for a host that no longer exists");
         return rsp;
     };
     if bmh.get("kind").and_then(Value::as_str) != Some("BareMetalHost") {
