@@ -52,12 +52,14 @@ const FLEET: [&str; 7] = [
     "inference-needs-controlplane",
     "inference-needs-kubeconfig",
 ];
-const LB: [&str; 5] = [
+const LB: [&str; 7] = [
     "kubernetes-providerconfig",
     "lb-l2policy",
     "lb-l2policy-needs-cilium",
+    "lb-l2policy-needs-providerconfig",
     "lb-pool",
     "lb-pool-needs-cilium",
+    "lb-pool-needs-providerconfig",
 ];
 
 /// Composes `xr` with every fixture of an observed stage and the provisioned host.
@@ -210,7 +212,7 @@ fn every_new_object_and_manifest_validates() {
         let rsp = compose(&request(&xr, &obs, Some(&hosts())));
         assert_eq!(fatal(&rsp), None);
         let d = desired(&rsp);
-        assert_eq!(d.len(), 24);
+        assert_eq!(d.len(), 26);
         for (name, obj) in &d {
             let p = schemas.problems(obj);
             assert!(p.is_empty(), "{name}:\n{}", p.join("\n"));
@@ -270,21 +272,35 @@ fn devices_are_derived_from_the_gpu() {
 fn the_kubeconfig_is_copied_without_passing_through_the_function() {
     let rsp = compose_ready(&inference_xr(), "inference");
     let copy = &desired(&rsp)["inference-kubeconfig"];
-    let m = &copy["spec"]["forProvider"]["manifest"];
-    assert_eq!(
-        (m["kind"].as_str(), m["metadata"]["namespace"].as_str()),
-        (Some("Secret"), Some("modelplane-system"))
-    );
     assert!(
-        m.get("data").is_none() && m.get("stringData").is_none(),
-        "no secret data in the desired state"
+        copy["spec"].get("references").is_none(),
+        "patchesFrom would write the key into the Object's spec"
+    );
+    let inner = &copy["spec"]["forProvider"]["manifest"];
+    assert_eq!(
+        (
+            inner["kind"].as_str(),
+            inner["metadata"]["namespace"].as_str()
+        ),
+        (Some("Object"), Some("modelplane-system"))
+    );
+    // It observes the Cluster only: its status mirrors nothing secret.
+    assert_eq!(inner["spec"]["managementPolicies"], json!(["Observe"]));
+    assert_eq!(inner["spec"]["forProvider"]["manifest"]["kind"], "Cluster");
+    // The kubeconfig lands in the connection Secret Modelplane reads.
+    assert_eq!(
+        inner["spec"]["connectionDetails"],
+        json!([{"apiVersion": "v1", "kind": "Secret", "name": "r730-cluster-kubeconfig", "namespace": "metal",
+                "fieldPath": "data.value", "toConnectionSecretKey": "value"}])
     );
     assert_eq!(
-        copy["spec"]["references"],
-        json!([{
-            "patchesFrom": {"apiVersion": "v1", "kind": "Secret", "name": "r730-cluster-kubeconfig", "namespace": "metal", "fieldPath": "data.value"},
-            "toFieldPath": "data.value",
-        }])
+        inner["spec"]["writeConnectionSecretToRef"],
+        json!({"name": "metal-r730-kubeconfig"})
+    );
+    let text = copy.to_string();
+    assert!(
+        !text.contains("\"data\"") && !text.contains("stringData"),
+        "no secret data in the desired state"
     );
 }
 
@@ -387,6 +403,20 @@ fn deletion_order_usages() {
         )
     );
     assert_eq!(
+        pair("lb-pool-needs-providerconfig"),
+        (
+            "ProviderConfig/r730-cluster".into(),
+            "Object/r730-lb-pool".into()
+        )
+    );
+    assert_eq!(
+        pair("lb-l2policy-needs-providerconfig"),
+        (
+            "ProviderConfig/r730-cluster".into(),
+            "Object/r730-l2-policy".into()
+        )
+    );
+    assert_eq!(
         pair("cilium-needs-cluster"),
         (
             "Cluster/r730-cluster".into(),
@@ -410,6 +440,8 @@ fn deletion_order_usages() {
         "inference-needs-class",
         "lb-pool-needs-cilium",
         "lb-l2policy-needs-cilium",
+        "lb-pool-needs-providerconfig",
+        "lb-l2policy-needs-providerconfig",
     ] {
         let (of, by) = pair(n);
         assert!(

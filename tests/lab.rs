@@ -19,6 +19,44 @@ const NS: &str = "metal";
 const XR: &str = "r730";
 const HOST: &str = "r730";
 const DECOY: &str = "decoy";
+
+/// A MetalCluster and the host it claims (its pool has that one host).
+#[derive(Clone, Copy, Debug)]
+struct Subject {
+    xr: &'static str,
+    host: &'static str,
+    /// Whether it joins the Modelplane fleet (then it ends in JoiningFleet:
+    /// no Modelplane controller runs in the lab).
+    fleet: bool,
+}
+
+const R730: Subject = Subject {
+    xr: XR,
+    host: HOST,
+    fleet: false,
+};
+/// examples/metalcluster/r730-inference.yaml, moved to the r740 host.
+const R740: Subject = Subject {
+    xr: "r740",
+    host: "r740",
+    fleet: true,
+};
+
+impl Subject {
+    fn cluster(&self) -> String {
+        format!("{}-cluster", self.xr)
+    }
+
+    /// Whether a composed object's name is this MetalCluster's.
+    fn owns(&self, name: &str) -> bool {
+        name.starts_with(&format!("{}-", self.xr))
+    }
+
+    /// The phase it settles in.
+    fn settled(&self) -> &'static str {
+        if self.fleet { "JoiningFleet" } else { "Ready" }
+    }
+}
 const FUNCTION: &str = "kube-farm-function-metalplane";
 
 type Outcome = Result<(), String>;
@@ -33,14 +71,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let scenarios: [Scenario; 7] = [
+    let scenarios: [Scenario; 9] = [
         ("install", install),
         ("provision", provision),
         ("operation", operation),
         ("operation-any-namespace", operation_any_namespace),
-        ("teardown-background", |l| teardown(l, false)),
+        ("fleet-and-secrets", fleet_and_secrets),
+        ("fleet-teardown", |l| teardown(l, R740, true)),
+        ("teardown-background", |l| teardown(l, R730, false)),
         ("bad-input-then-function-restart", bad_input_and_restart),
-        ("teardown-foreground", |l| teardown(l, true)),
+        ("teardown-foreground", |l| teardown(l, R730, true)),
     ];
     // METALPLANE_LAB_ONLY=a,b runs just those scenarios (while developing
     // one; each leaves the lab as the next expects only in the full run).
@@ -188,12 +228,12 @@ struct Seen {
     consumer: String,
 }
 
-fn seen(lab: &Lab) -> Seen {
-    let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
-    let h = get(lab, "baremetalhost", HOST).unwrap_or(Value::Null);
+fn seen(lab: &Lab, who: Subject) -> Seen {
+    let x = get(lab, "metalcluster", who.xr).unwrap_or(Value::Null);
+    let h = get(lab, "baremetalhost", who.host).unwrap_or(Value::Null);
     Seen {
         phase: str_at(&x, "/status/phase").to_string(),
-        host_flag: str_at(&x, "/status/host/name") == HOST
+        host_flag: str_at(&x, "/status/host/name") == who.host
             && str_at(&x, "/status/host/provisioningState") == "provisioned",
         host_state: str_at(&h, "/status/provisioning/state").to_string(),
         consumer: str_at(&h, "/spec/consumerRef/name").to_string(),
@@ -203,6 +243,7 @@ fn seen(lab: &Lab) -> Seen {
 /// Polls until `done`, recording the time each XR phase first appeared.
 fn follow(
     lab: &Lab,
+    who: Subject,
     secs: u64,
     done: impl Fn(&Seen) -> bool,
 ) -> Result<Vec<(String, f64)>, String> {
@@ -210,7 +251,7 @@ fn follow(
     let mut phases: Vec<(String, f64)> = Vec::new();
     let mut last = None;
     loop {
-        let s = seen(lab);
+        let s = seen(lab, who);
         if last.as_ref() != Some(&s) {
             println!(
                 "  {:>6.1}s phase={} host={} bmh={} consumer={}",
@@ -238,13 +279,13 @@ fn follow(
 /// A lab kept from an earlier run (METALPLANE_LAB_KEEP) may still hold the
 /// MetalCluster: delete it and wait for its host, so every run starts from
 /// the same state.
-fn clean_slate(lab: &Lab) -> Outcome {
-    if get(lab, "metalcluster", XR).is_none() {
+fn clean_slate(lab: &Lab, who: Subject) -> Outcome {
+    if get(lab, "metalcluster", who.xr).is_none() {
         return Ok(());
     }
     println!("  deleting the MetalCluster left by an earlier run");
     lab.kube
-        .run(&["delete", "metalcluster", XR, "-n", NS, "--wait=false"])
+        .run(&["delete", "metalcluster", who.xr, "-n", NS, "--wait=false"])
         .map_err(|e| e.to_string())?;
     // Until nothing of its cluster is left: a MetalCluster of the same name
     // applied while the old Cluster is still deleting composes objects the
@@ -253,11 +294,11 @@ fn clean_slate(lab: &Lab) -> Outcome {
         "the earlier run's cluster gone and host back in its pool",
         420,
         || {
-            let s = seen(lab);
-            get(lab, "metalcluster", XR).is_none()
+            let s = seen(lab, who);
+            get(lab, "metalcluster", who.xr).is_none()
                 && s.host_state == "available"
                 && s.consumer.is_empty()
-                && leftovers(lab).is_ok_and(|l| l.is_empty())
+                && leftovers(lab, who).is_ok_and(|l| l.is_empty())
         },
     )
 }
@@ -280,12 +321,13 @@ fn example_xr() -> Result<Value, String> {
 }
 
 /// The phases this lab can reach, in the order the XR must show them.
-const PHASE_ORDER: [&str; 5] = [
+const PHASE_ORDER: [&str; 6] = [
     "WaitingForHost",
     "Provisioning",
     "Bootstrapping",
     "InstallingCNI",
     "Ready",
+    "JoiningFleet",
 ];
 
 fn phases_in_order(phases: &[(String, f64)]) -> Outcome {
@@ -303,13 +345,14 @@ fn phases_in_order(phases: &[(String, f64)]) -> Outcome {
 /// phases in order up to Ready (the Cilium Release installed into the
 /// workload API), `status.host` true, the decoy untouched.
 fn provision(lab: &Lab) -> Outcome {
-    clean_slate(lab)?;
+    clean_slate(lab, R740)?;
+    clean_slate(lab, R730)?;
     apply_inventory(lab)?;
     let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
     lab.kube
         .apply(&[example_xr()?])
         .map_err(|e| e.to_string())?;
-    let phases = follow(lab, 600, |s| s.phase == "Ready" && s.host_flag)?;
+    let phases = follow(lab, R730, 600, |s| s.phase == "Ready" && s.host_flag)?;
     println!(
         "  phases (first seen, s after apply): {}",
         phases
@@ -543,26 +586,24 @@ metal3machines.infrastructure.cluster.x-k8s.io,metal3machinetemplates.infrastruc
 metal3datatemplates.infrastructure.cluster.x-k8s.io,metal3datas.infrastructure.cluster.x-k8s.io,\
 metal3dataclaims.infrastructure.cluster.x-k8s.io,ippools.ipam.metal3.io,ipclaims.ipam.metal3.io,\
 ipaddresses.ipam.metal3.io,usages.protection.crossplane.io,releases.helm.m.crossplane.io,\
-providerconfigs.helm.m.crossplane.io";
+providerconfigs.helm.m.crossplane.io,objects.kubernetes.m.crossplane.io,\
+providerconfigs.kubernetes.m.crossplane.io";
 
-fn leftovers(lab: &Lab) -> Result<Vec<String>, String> {
+/// What is left of `who`'s cluster in the namespace.
+fn leftovers(lab: &Lab, who: Subject) -> Result<Vec<String>, String> {
     let out = lab
         .kube
         .run(&["get", CLUSTER_KINDS, "-n", NS, "-o", "name"])
         .map_err(|e| e.to_string())?;
-    let mut left: Vec<String> = out.lines().map(str::to_string).collect();
+    let mut left: Vec<String> = out
+        .lines()
+        .filter(|l| l.rsplit('/').next().is_some_and(|n| who.owns(n)))
+        .map(str::to_string)
+        .collect();
+    let selector = format!("cluster.x-k8s.io/cluster-name={}", who.cluster());
     let secrets = lab
         .kube
-        .run(&[
-            "get",
-            "secrets",
-            "-n",
-            NS,
-            "-l",
-            "cluster.x-k8s.io/cluster-name",
-            "-o",
-            "name",
-        ])
+        .run(&["get", "secrets", "-n", NS, "-l", &selector, "-o", "name"])
         .map_err(|e| e.to_string())?;
     left.extend(secrets.lines().map(str::to_string));
     Ok(left)
@@ -570,20 +611,35 @@ fn leftovers(lab: &Lab) -> Result<Vec<String>, String> {
 
 /// Deletes the XR (background or foreground) and asserts the host is back
 /// in its pool, powered off, with its inventory intact.
-fn teardown(lab: &Lab, foreground: bool) -> Outcome {
-    let s = seen(lab);
-    check(s.phase == "Ready" && !s.consumer.is_empty(), || {
-        format!("teardown needs a Ready MetalCluster on a claimed host; seen {s:?}")
+fn teardown(lab: &Lab, who: Subject, foreground: bool) -> Outcome {
+    let s = seen(lab, who);
+    check(s.phase == who.settled() && !s.consumer.is_empty(), || {
+        format!(
+            "teardown needs MetalCluster {} {} on a claimed host; seen {s:?}",
+            who.xr,
+            who.settled()
+        )
     })?;
-    let inventory: BTreeMap<&str, String> = [
-        ("baremetalhost", HOST),
-        ("hardwaredata", HOST),
-        ("secret", "r730-bmc"),
+    let bmc_secret = format!("{}-bmc", who.host);
+    let inventory: Vec<(&str, String, String)> = [
+        ("baremetalhost", who.host.to_string()),
+        ("hardwaredata", who.host.to_string()),
+        ("secret", bmc_secret.clone()),
     ]
-    .iter()
-    .map(|(k, n)| (*k, get(lab, k, n).map(|v| uid(&v)).unwrap_or_default()))
+    .into_iter()
+    .map(|(k, n)| {
+        let u = get(lab, k, &n).map(|v| uid(&v)).unwrap_or_default();
+        (k, n, u)
+    })
     .collect();
     let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
+    let addons_before = addons(lab, who);
+    check(!addons_before.is_empty(), || {
+        format!(
+            "{} composed none of the CNI, Modelplane or LB objects",
+            who.xr
+        )
+    })?;
     let cascade = if foreground {
         "--cascade=foreground"
     } else {
@@ -593,7 +649,7 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
         .run(&[
             "delete",
             "metalcluster",
-            XR,
+            who.xr,
             "-n",
             NS,
             cascade,
@@ -604,50 +660,48 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
     // The inventory must survive every moment of the teardown, not just
     // its end: the garbage collector acts within seconds.
     let mut gone_at = None;
-    let mut release_gone_at = None;
+    let mut addons_gone_at = None;
     let mut machine_deleting_at = None;
+    let cluster = who.cluster();
     loop {
-        if release_gone_at.is_none()
-            && lab
-                .kube
-                .list("releases.helm.m.crossplane.io", Some(NS))
-                .is_empty()
-        {
-            release_gone_at = Some(t.elapsed().as_secs_f64());
+        if addons_gone_at.is_none() && addons(lab, who).is_empty() {
+            addons_gone_at = Some(t.elapsed().as_secs_f64());
         }
         if machine_deleting_at.is_none()
             && lab
                 .kube
                 .list("machines.cluster.x-k8s.io", Some(NS))
                 .iter()
+                .filter(|m| str_at(m, "/metadata/labels/cluster.x-k8s.io~1cluster-name") == cluster)
                 .any(|m| m.pointer("/metadata/deletionTimestamp").is_some())
         {
             machine_deleting_at = Some(t.elapsed().as_secs_f64());
-            check(release_gone_at.is_some(), || {
+            let left = addons(lab, who);
+            check(left.is_empty(), || {
                 format!(
-                    "a Machine started deleting {:.1} s into the teardown while the Cilium Release still existed",
+                    "a Machine started deleting {:.1} s into the teardown while these still existed: {left:?}",
                     t.elapsed().as_secs_f64()
                 )
             })?;
         }
-        for (kind, before) in &inventory {
-            let now = get(lab, kind, if *kind == "secret" { "r730-bmc" } else { HOST });
+        for (kind, name, before) in &inventory {
+            let now = get(lab, kind, name);
             let ok = now.as_ref().is_some_and(|v| {
                 &uid(v) == before && v.pointer("/metadata/deletionTimestamp").is_none()
             });
             check(ok, || {
                 format!(
-                    "{kind} of the inventory deleted or being deleted {:.0} s into the teardown",
+                    "{kind} {name} of the inventory deleted or being deleted {:.0} s into the teardown",
                     t.elapsed().as_secs_f64()
                 )
             })?;
         }
-        let s = seen(lab);
-        let xr_gone = get(lab, "metalcluster", XR).is_none();
+        let s = seen(lab, who);
+        let xr_gone = get(lab, "metalcluster", who.xr).is_none();
         if xr_gone && gone_at.is_none() {
             gone_at = Some(t.elapsed().as_secs_f64());
         }
-        let h = get(lab, "baremetalhost", HOST).unwrap_or(Value::Null);
+        let h = get(lab, "baremetalhost", who.host).unwrap_or(Value::Null);
         let off = h.pointer("/status/poweredOn").and_then(Value::as_bool) == Some(false);
         if xr_gone && s.host_state == "available" && s.consumer.is_empty() && off {
             break;
@@ -655,32 +709,242 @@ fn teardown(lab: &Lab, foreground: bool) -> Outcome {
         if t.elapsed() > Duration::from_secs(420) {
             return Err(format!(
                 "teardown did not finish in 420 s: XR gone={xr_gone}, host {s:?}, poweredOn off={off}; left: {:?}",
-                leftovers(lab)
+                leftovers(lab, who)
             ));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
     println!(
-        "  Release gone after {:.1} s, first Machine deleting at {:.1} s, XR gone after {:.1} s, host available and off after {:.1} s",
-        release_gone_at.unwrap_or_default(),
+        "  {} ({}) gone after {:.1} s, first Machine deleting at {:.1} s, XR gone after {:.1} s, host available and off after {:.1} s",
+        addons_before.len(),
+        addons_before.join(", "),
+        addons_gone_at.unwrap_or_default(),
         machine_deleting_at.unwrap_or_default(),
         gone_at.unwrap_or_default(),
         t.elapsed().as_secs_f64()
     );
-    let h = get(lab, "baremetalhost", HOST).ok_or("host r730 gone")?;
+    let h = get(lab, "baremetalhost", who.host).ok_or("host gone")?;
     check(h.pointer("/spec/image").is_none(), || {
         format!(
-            "host r730 still carries an image: {:?}",
+            "host {} still carries an image: {:?}",
+            who.host,
             h.pointer("/spec/image")
         )
     })?;
     wait(
         "nothing of the cluster left in namespace metal",
         120,
-        || leftovers(lab).map(|l| l.is_empty()).unwrap_or(false),
+        || leftovers(lab, who).map(|l| l.is_empty()).unwrap_or(false),
     )
-    .map_err(|e| format!("{e}: {:?}", leftovers(lab)))?;
+    .map_err(|e| format!("{e}: {:?}", leftovers(lab, who)))?;
+    if who.fleet {
+        let outside = fleet_outside(lab, who);
+        check(outside.is_empty(), || {
+            format!("left outside namespace {NS}: {outside:?}")
+        })?;
+    }
     decoy_untouched(lab, &decoy_before)
+}
+
+/// The objects that talk to the workload API and must go before any
+/// Machine: the Cilium Release and every provider-kubernetes Object
+/// (Modelplane's and the LB's) of `who`, as kind/name.
+fn addons(lab: &Lab, who: Subject) -> Vec<String> {
+    [
+        "releases.helm.m.crossplane.io",
+        "objects.kubernetes.m.crossplane.io",
+    ]
+    .iter()
+    .flat_map(|kind| {
+        lab.kube
+            .list(kind, Some(NS))
+            .into_iter()
+            .map(|o| str_at(&o, "/metadata/name").to_string())
+            .filter(|n| who.owns(n))
+            .map(move |n| format!("{kind}/{n}"))
+    })
+    .collect()
+}
+
+/// What the fleet family put outside the MetalCluster's namespace: the
+/// inner Object and its kubeconfig Secret in modelplane-system, Modelplane's
+/// cluster-scoped InferenceClass and InferenceCluster, and the Cilium
+/// objects inside the workload cluster (the lab's add-on API server).
+fn fleet_outside(lab: &Lab, who: Subject) -> Vec<String> {
+    let prefix = format!("{NS}-{}", who.xr);
+    let mut out = Vec::new();
+    for (kind, ns) in [
+        ("objects.kubernetes.m.crossplane.io", Some(MODELPLANE_NS)),
+        ("secrets", Some(MODELPLANE_NS)),
+        ("inferenceclasses.modelplane.ai", None),
+        ("inferenceclusters.modelplane.ai", None),
+    ] {
+        for o in lab.kube.list(kind, ns) {
+            let n = str_at(&o, "/metadata/name");
+            if n.starts_with(&prefix) {
+                out.push(format!("{kind}/{n}"));
+            }
+        }
+    }
+    let addons = addons_api(lab);
+    for kind in [
+        "ciliumloadbalancerippools.cilium.io",
+        "ciliuml2announcementpolicies.cilium.io",
+    ] {
+        for o in addons.list(kind, None) {
+            out.push(format!("workload {kind}/{}", str_at(&o, "/metadata/name")));
+        }
+    }
+    out
+}
+
+const MODELPLANE_NS: &str = "modelplane-system";
+
+/// kubectl against the lab's add-on API server (the workload clusters'
+/// Cilium kinds).
+fn addons_api(lab: &Lab) -> xtask::lab::kube::Kube {
+    xtask::lab::kube::Kube {
+        kubectl: lab.kube.kubectl.clone(),
+        kubeconfig: lab.addons_kubeconfig(),
+    }
+}
+
+/// The inference MetalCluster: the repository's inference example, moved
+/// to the r740 host and the lab's chart mirror.
+fn fleet_xr() -> Result<Value, String> {
+    let path = xtask::repo_root().join("examples/metalcluster/r730-inference.yaml");
+    let mut xr = xtask::lab::kube::load_yaml(&path)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("the inference example is empty")?;
+    xr["metadata"]["name"] = json!(R740.xr);
+    xr["spec"]["host"]["pool"] = json!("r740");
+    xr["spec"]["network"]["nodeIP"] = json!("192.168.120.71");
+    xr["spec"]["cni"]["chartRepository"] = json!(xtask::lab::charts::repository());
+    Ok(xr)
+}
+
+/// The inference example joins the fleet: the phases in order up to
+/// JoiningFleet, the workload kubeconfig copied to modelplane-system for
+/// Modelplane, the InferenceCluster and the LB objects applied (the latter
+/// inside the workload cluster). Then no object other than a Secret,
+/// anywhere in the management cluster, holds the workload cluster's client
+/// key.
+fn fleet_and_secrets(lab: &Lab) -> Outcome {
+    clean_slate(lab, R740)?;
+    wait("host r740 available", 180, || {
+        get(lab, "baremetalhost", R740.host)
+            .is_some_and(|b| str_at(&b, "/status/provisioning/state") == "available")
+    })?;
+    lab.kube.apply(&[fleet_xr()?]).map_err(|e| e.to_string())?;
+    let phases = follow(lab, R740, 600, |s| s.phase == "JoiningFleet" && s.host_flag)?;
+    println!(
+        "  phases (first seen, s after apply): {}",
+        phases
+            .iter()
+            .map(|(p, t)| format!("{p} {t:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    phases_in_order(&phases)?;
+    let source = format!("{}-kubeconfig", R740.cluster());
+    let copy = format!("{NS}-{}-kubeconfig", R740.xr);
+    let data = |lab: &Lab, name: &str, ns: &str| {
+        lab.kube
+            .get("secret", name, Some(ns))
+            .map(|s| str_at(&s, "/data/value").to_string())
+            .unwrap_or_default()
+    };
+    let kubeconfig = data(lab, &source, NS);
+    check(!kubeconfig.is_empty(), || format!("no Secret {source}"))?;
+    wait(
+        "the workload kubeconfig copied to modelplane-system, the InferenceCluster and the LB objects applied",
+        180,
+        || {
+            data(lab, &copy, MODELPLANE_NS) == kubeconfig
+                && lab
+                    .kube
+                    .get("inferenceclusters.modelplane.ai", &copy.replace("-kubeconfig", ""), None)
+                    .is_some()
+                && addons_api(lab)
+                    .get("ciliumloadbalancerippools.cilium.io", "metalplane-lb", None)
+                    .is_some()
+        },
+    )
+    .map_err(|e| format!("{e}; outside the namespace: {:?}", fleet_outside(lab, R740)))?;
+    no_client_key_outside_secrets(lab, &kubeconfig)
+}
+
+/// Searches every object of every listable kind but Secrets for the
+/// workload kubeconfig's client key: its base64 (as in the kubeconfig), a
+/// line of its PEM body, and the Secret's own encoded value.
+fn no_client_key_outside_secrets(lab: &Lab, kubeconfig_b64: &str) -> Outcome {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(kubeconfig_b64)
+        .map_err(|e| format!("kubeconfig Secret: {e}"))?;
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let key_b64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("client-key-data:"))
+        .map(str::trim)
+        .ok_or("the workload kubeconfig has no client-key-data")?
+        .to_string();
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(&key_b64)
+        .map_err(|e| format!("client-key-data: {e}"))?;
+    let pem = String::from_utf8_lossy(&pem).into_owned();
+    let pem_line = pem
+        .lines()
+        .nth(2)
+        .ok_or("the client key PEM is too short")?
+        .to_string();
+    let needles = [
+        ("the client key (base64)", key_b64.as_str()),
+        ("a line of the client key PEM", pem_line.as_str()),
+        ("the kubeconfig Secret's value", kubeconfig_b64),
+    ];
+    let kinds: Vec<String> = lab
+        .kube
+        .run(&["api-resources", "--verbs=list", "-o", "name"])
+        .map_err(|e| e.to_string())?
+        .lines()
+        .filter(|k| *k != "secrets")
+        .map(str::to_string)
+        .collect();
+    let all = lab
+        .kube
+        .run(&["get", &kinds.join(","), "-A", "-o", "json"])
+        .map_err(|e| e.to_string())?;
+    let all: Value = serde_json::from_str(&all).map_err(|e| e.to_string())?;
+    let items = all
+        .get("items")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut leaks = Vec::new();
+    for o in &items {
+        let json = o.to_string();
+        for (what, needle) in needles {
+            // JSON escapes the PEM's newlines; the needles hold none.
+            if json.contains(needle) {
+                leaks.push(format!(
+                    "{} {}/{} holds {what}",
+                    str_at(o, "/kind"),
+                    str_at(o, "/metadata/namespace"),
+                    str_at(o, "/metadata/name")
+                ));
+            }
+        }
+    }
+    println!(
+        "  searched {} objects of {} kinds (all but Secrets) for the workload client key: {} found",
+        items.len(),
+        kinds.len(),
+        leaks.len()
+    );
+    check(leaks.is_empty(), || leaks.join("; "))
 }
 
 /// Bad input applied live: the XR names the field, nothing is composed;
@@ -717,7 +981,7 @@ fn bad_input_and_restart(lab: &Lab) -> Outcome {
 
     xr["spec"]["network"]["gateway"] = json!("192.168.120.1");
     lab.kube.apply(&[xr]).map_err(|e| e.to_string())?;
-    follow(lab, 300, |s| {
+    follow(lab, R730, 300, |s| {
         s.host_state == "provisioning" || s.host_state == "provisioned"
     })?;
     let before = composed_uids(lab);
@@ -739,7 +1003,7 @@ fn bad_input_and_restart(lab: &Lab) -> Outcome {
         )
     })?;
     lab.start_function().map_err(|e| e.to_string())?;
-    follow(lab, 600, |s| s.phase == "Ready" && s.host_flag)?;
+    follow(lab, R730, 600, |s| s.phase == "Ready" && s.host_flag)?;
     let after = composed_uids(lab);
     check(before.iter().all(|(k, u)| after.get(k) == Some(u)), || {
         format!(

@@ -51,12 +51,14 @@ pub const FLEET_RESOURCES: [&str; 7] = [
 ];
 
 /// The LoadBalancer family, composed once Cilium (and its CRDs) is up.
-pub const LB_RESOURCES: [&str; 5] = [
+pub const LB_RESOURCES: [&str; 7] = [
     "kubernetes-providerconfig",
     "lb-pool",
     "lb-l2policy",
     "lb-pool-needs-cilium",
     "lb-l2policy-needs-cilium",
+    "lb-pool-needs-providerconfig",
+    "lb-l2policy-needs-providerconfig",
 ];
 
 /// Which optional families to compose.

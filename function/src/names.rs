@@ -22,6 +22,8 @@ pub struct Names {
     pub l2_policy: String,
     pub lb_pool_usage: String,
     pub l2_policy_usage: String,
+    pub lb_pool_pc_usage: String,
+    pub l2_policy_pc_usage: String,
     pub kubeconfig_copy: String,
     pub inference_class: String,
     pub inference_cluster: String,
@@ -52,6 +54,8 @@ impl Names {
             l2_policy: format!("{xr}-l2-policy"),
             lb_pool_usage: format!("{xr}-lb-pool-needs-cilium"),
             l2_policy_usage: format!("{xr}-l2-policy-needs-cilium"),
+            lb_pool_pc_usage: format!("{xr}-lb-pool-needs-pc"),
+            l2_policy_pc_usage: format!("{xr}-l2-policy-needs-pc"),
             kubeconfig_copy: format!("{xr}-kubeconfig-copy"),
             inference_class: format!("{xr}-inference-class"),
             inference_cluster: format!("{xr}-inference-cluster"),
@@ -62,13 +66,15 @@ impl Names {
         }
     }
 
-    pub fn all(&self) -> [&str; 24] {
+    pub fn all(&self) -> [&str; 26] {
         [
             &self.workload_provider_config,
             &self.lb_pool,
             &self.l2_policy,
             &self.lb_pool_usage,
             &self.l2_policy_usage,
+            &self.lb_pool_pc_usage,
+            &self.l2_policy_pc_usage,
             &self.kubeconfig_copy,
             &self.inference_class,
             &self.inference_cluster,

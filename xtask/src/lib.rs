@@ -81,6 +81,14 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// `shared/` beside the checkout (upstream definitions and references; CI
+/// lays a copy there); METALPLANE_SHARED overrides.
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("METALPLANE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("..").join("shared"))
+}
+
 pub fn out_dir() -> PathBuf {
     repo_root().join("target/xpkg")
 }

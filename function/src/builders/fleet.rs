@@ -15,34 +15,49 @@ fn management(inf: &Inference) -> (&str, &str) {
     (&inf.provider_config.kind, &inf.provider_config.name)
 }
 
-/// The CAPI kubeconfig copied into modelplane-system. Its data is patched
-/// in by provider-kubernetes from the source Secret, so it never passes
-/// through this function.
+/// The CAPI kubeconfig copied into modelplane-system, without the key
+/// ever landing outside a Secret. A namespaced XR composes only in its own
+/// namespace, so the copy is an Object applying an inner Object to
+/// modelplane-system. The inner one only observes the Cluster (so its
+/// status mirrors nothing secret) and publishes the kubeconfig as its
+/// connection Secret, named as Modelplane expects. Copying with
+/// `patchesFrom` instead writes the key into the Object's spec
+/// (provider-kubernetes issue 223) and, without `--sanitize-secrets`, its
+/// status.
 pub fn kubeconfig_copy(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
-    let manifest = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
+    let (kind, name) = management(inf);
+    let inner = json!({
+        "apiVersion": OBJECT_API_VERSION,
+        "kind": "Object",
         "metadata": {
             "name": inf.secret_name,
             "namespace": MODELPLANE_NAMESPACE,
             "labels": {"app.kubernetes.io/managed-by": "metalplane", "metal.kube.farm/cluster": format!("{}.{}", mc.name, mc.namespace)},
         },
-        "type": "Opaque",
-    });
-    let (kind, name) = management(inf);
-    let mut obj = k8s_object(mc, &names.kubeconfig_copy, manifest, kind, name);
-    obj["spec"]["references"] = json!([{
-        "patchesFrom": {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "name": names.kubeconfig_secret,
-            "namespace": mc.namespace,
-            "fieldPath": "data.value",
+        "spec": {
+            "managementPolicies": ["Observe"],
+            "providerConfigRef": {"kind": kind, "name": name},
+            "forProvider": {"manifest": {
+                "apiVersion": capi::CLUSTER_API_VERSION,
+                "kind": "Cluster",
+                "metadata": {"name": names.cluster, "namespace": mc.namespace},
+            }},
+            "connectionDetails": [{
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "name": names.kubeconfig_secret,
+                "namespace": mc.namespace,
+                "fieldPath": "data.value",
+                "toConnectionSecretKey": KUBECONFIG_KEY,
+            }],
+            "writeConnectionSecretToRef": {"name": inf.secret_name},
         },
-        "toFieldPath": "data.value",
-    }]);
-    obj
+    });
+    k8s_object(mc, &names.kubeconfig_copy, inner, kind, name)
 }
+
+/// Key of the kubeconfig in CAPI's Secret and in the copy.
+pub const KUBECONFIG_KEY: &str = "value";
 
 pub fn class(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
     let manifest = json!({
@@ -59,7 +74,7 @@ pub fn class(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
 }
 
 pub fn cluster(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
-    let mut existing = json!({"secretRef": {"name": inf.secret_name, "key": "value"}});
+    let mut existing = json!({"secretRef": {"name": inf.secret_name, "key": KUBECONFIG_KEY}});
     if let Some(sc) = &inf.cache_storage_class {
         existing["cache"] = json!({"storageClassName": sc});
     }

@@ -72,27 +72,37 @@ fn regex_escape(s: &str) -> String {
     s.replace('.', "\\.")
 }
 
-/// The LB objects go before Cilium: Cilium's operator must clean up.
-pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 2] {
-    let cilium = Ref(cni::HELM_API_VERSION, "Release", &names.cilium_release);
+/// The LB objects go before Cilium (Cilium's operator must clean up) and
+/// before their ProviderConfig: without it provider-kubernetes cannot reach
+/// the workload cluster to delete them, and a foreground deletion (which
+/// deletes everything at once) hangs forever.
+pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 4] {
+    let cilium = || Ref(cni::HELM_API_VERSION, "Release", &names.cilium_release);
+    let pc = || {
+        Ref(
+            K8S_PC_API_VERSION,
+            "ProviderConfig",
+            &names.workload_provider_config,
+        )
+    };
+    let pool = || Ref(OBJECT_API_VERSION, "Object", &names.lb_pool);
+    let policy = || Ref(OBJECT_API_VERSION, "Object", &names.l2_policy);
     [
         (
             "lb-pool-needs-cilium",
-            usage(
-                mc,
-                &names.lb_pool_usage,
-                Ref(cilium.0, cilium.1, cilium.2),
-                Ref(OBJECT_API_VERSION, "Object", &names.lb_pool),
-            ),
+            usage(mc, &names.lb_pool_usage, cilium(), pool()),
         ),
         (
             "lb-l2policy-needs-cilium",
-            usage(
-                mc,
-                &names.l2_policy_usage,
-                cilium,
-                Ref(OBJECT_API_VERSION, "Object", &names.l2_policy),
-            ),
+            usage(mc, &names.l2_policy_usage, cilium(), policy()),
+        ),
+        (
+            "lb-pool-needs-providerconfig",
+            usage(mc, &names.lb_pool_pc_usage, pc(), pool()),
+        ),
+        (
+            "lb-l2policy-needs-providerconfig",
+            usage(mc, &names.l2_policy_pc_usage, pc(), policy()),
         ),
     ]
 }

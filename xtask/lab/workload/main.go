@@ -51,6 +51,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	inmemoryruntime "sigs.k8s.io/cluster-api/test/infrastructure/inmemory/pkg/runtime"
 	inmemorymanager "sigs.k8s.io/cluster-api/test/infrastructure/inmemory/pkg/runtime/manager"
@@ -94,7 +95,15 @@ type reconciler struct {
 
 func main() {
 	healthAddr := flag.String("health-addr", "127.0.0.1:9610", "readiness probe address")
+	addonsKubeconfig := flag.String("addons-kubeconfig", "", "kubeconfig of the add-on API server serving the groups in addonGroups")
 	flag.Parse()
+	if *addonsKubeconfig != "" {
+		a, err := newAddons(*addonsKubeconfig)
+		if err != nil {
+			fail(err)
+		}
+		addonsAPI = a
+	}
 	ctrl.SetLogger(zap.New())
 
 	scheme := runtime.NewScheme()
@@ -392,8 +401,19 @@ func newTarget(host string, backend int32, caCert *x509.Certificate, caKey *rsa.
 }
 
 // ServeHTTP answers /version, which the in-memory API server does not
-// serve and Helm asks first, and proxies the rest.
+// serve and Helm asks first, sends the add-on groups to the add-on API
+// server, and proxies the rest.
 func (t *target) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if addonsAPI != nil {
+		if addonsAPI.owns(req.URL.Path) {
+			addonsAPI.proxy.ServeHTTP(w, req)
+			return
+		}
+		if req.URL.Path == "/apis" {
+			t.mergedGroups(w, req)
+			return
+		}
+	}
 	if req.URL.Path == "/version" {
 		major, minor, _ := strings.Cut(strings.TrimPrefix(t.version, "v"), ".")
 		minor, _, _ = strings.Cut(minor, ".")
@@ -472,6 +492,108 @@ func (t *target) unconditional(req *http.Request) error {
 	req.ContentLength = int64(buf.Len())
 	req.Header.Set("Content-Length", fmt.Sprint(buf.Len()))
 	return nil
+}
+
+// addonGroups are the API groups a CNI's CRDs would add to a real
+// workload cluster; the in-memory API server serves no CRDs.
+var addonGroups = []string{"cilium.io"}
+
+// addons is the lab's add-on API server: a real kube-apiserver holding
+// those CRDs, shared by the workload clusters.
+type addons struct {
+	proxy  *httputil.ReverseProxy
+	client *http.Client
+	host   string
+}
+
+var addonsAPI *addons
+
+func newAddons(kubeconfig string) (*addons, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.FlushInterval = -1
+	proxy.Transport = transport
+	director := proxy.Director
+	proxy.Director = func(req *http.Request) {
+		director(req)
+		req.Host = u.Host
+		// The add-on server authenticates the lab's admin, whoever the
+		// workload client was.
+		req.Header.Del("Authorization")
+	}
+	return &addons{proxy: proxy, client: &http.Client{Transport: transport, Timeout: 10 * time.Second}, host: cfg.Host}, nil
+}
+
+// owns reports whether the add-on server answers path: its groups, and
+// OpenAPI v3 (the in-memory server publishes none; the add-on server's
+// built-in schemas are the same Kubernetes version's).
+func (a *addons) owns(path string) bool {
+	if path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/") {
+		return true
+	}
+	for _, g := range addonGroups {
+		if path == "/apis/"+g || strings.HasPrefix(path, "/apis/"+g+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// mergedGroups answers /apis with the in-memory server's groups plus the
+// add-on groups, always in the legacy (non-aggregated) form, which every
+// client falls back to.
+func (t *target) mergedGroups(w http.ResponseWriter, req *http.Request) {
+	fetch := func(c *http.Client, base, host string) (*metav1.APIGroupList, error) {
+		r, err := http.NewRequestWithContext(req.Context(), http.MethodGet, base+"/apis", nil)
+		if err != nil {
+			return nil, err
+		}
+		if host != "" {
+			r.Host = host
+		}
+		r.Header.Set("Accept", "application/json")
+		resp, err := c.Do(r)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("GET %s/apis: %s", base, resp.Status)
+		}
+		list := &metav1.APIGroupList{}
+		return list, json.NewDecoder(resp.Body).Decode(list)
+	}
+	own, err := fetch(t.client, t.backend, req.Host)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	extra, err := fetch(addonsAPI.client, addonsAPI.host, "")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	for _, g := range extra.Groups {
+		for _, want := range addonGroups {
+			if g.Name == want {
+				own.Groups = append(own.Groups, g)
+			}
+		}
+	}
+	own.Kind, own.APIVersion = "APIGroupList", "v1"
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(own)
 }
 
 var (

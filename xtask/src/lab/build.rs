@@ -70,10 +70,20 @@ pub fn bin_dir() -> Result<PathBuf, LabError> {
 /// Providers the lab runs as processes, each from its own module in
 /// `xtask/lab/<name>/` (their Kubernetes and crossplane-runtime versions
 /// differ from the lab module's): (binary name, Go package).
-pub const PROVIDER_BINARIES: &[(&str, &str)] = &[(
-    "provider-helm",
-    "github.com/crossplane-contrib/provider-helm/cmd/provider",
-)];
+pub const PROVIDER_BINARIES: &[(&str, &str)] = &[
+    (
+        "provider-helm",
+        "github.com/crossplane-contrib/provider-helm/cmd/provider",
+    ),
+    (
+        "provider-kubernetes",
+        "github.com/crossplane-contrib/provider-kubernetes/cmd/provider",
+    ),
+];
+
+/// Modules the checksum database has no entries for: Metal3's, and the
+/// Nebius SDK version provider-kubernetes is raised to.
+const GONOSUMDB: &str = "github.com/metal3-io,github.com/nebius";
 
 /// A provider's binary, keyed by its own module's go.sum.
 pub fn provider_bin(name: &str) -> Result<PathBuf, LabError> {
@@ -134,8 +144,7 @@ fn go_build(module: &Path, out: &Path, pkg: &str) -> Result<(), LabError> {
     let status = Command::new("go")
         .current_dir(module)
         .env("GOFLAGS", "-mod=mod")
-        // The checksum database has no entries for Metal3's modules.
-        .env("GONOSUMDB", "github.com/metal3-io")
+        .env("GONOSUMDB", GONOSUMDB)
         .env("GOTOOLCHAIN", "local")
         .args(["build", "-trimpath", "-ldflags", &ldflags(), "-o"])
         .arg(&tmp)
@@ -179,7 +188,7 @@ fn download(spec: &str, dir: &Path) -> Result<PathBuf, LabError> {
     let out = Command::new("go")
         .current_dir(dir)
         .env("GOFLAGS", "-mod=mod")
-        .env("GONOSUMDB", "github.com/metal3-io")
+        .env("GONOSUMDB", GONOSUMDB)
         .env("GOTOOLCHAIN", "local")
         .args(["mod", "download", "-json", spec])
         .output()

@@ -12,7 +12,9 @@ use super::kube::{self, load_yaml, str_at};
 use super::procs::{self, Spec};
 use super::{
     CROSSPLANE_HEALTH_PORT, CROSSPLANE_WEBHOOK_PORT, FUNCTION_PORT, Lab, LabError, REGISTRY_PORT,
-    build, manifests, pki::Pki, progress,
+    build, manifests,
+    pki::{self, Pki},
+    progress,
 };
 
 /// The Function's name once Crossplane's package manager has installed it
@@ -310,7 +312,10 @@ pub fn workload(lab: &Lab) -> Result<(), LabError> {
     let spec = lab.spec(
         "workload",
         "workload",
-        &[format!("--health-addr=127.0.0.1:{WORKLOAD_HEALTH_PORT}")],
+        &[
+            format!("--health-addr=127.0.0.1:{WORKLOAD_HEALTH_PORT}"),
+            format!("--addons-kubeconfig={}", lab.addons_kubeconfig().display()),
+        ],
     );
     lab.start_and_wait(&spec, Duration::from_secs(60), || {
         procs::http_ok(WORKLOAD_HEALTH_PORT, "/readyz")
@@ -341,9 +346,10 @@ pub fn function_bin() -> PathBuf {
 
 pub const PROVIDERS: &[(&str, &str)] = &[
     ("github.com/crossplane-contrib/provider-helm", "v1.3.0"),
+    // The version the lab runs (see xtask/lab/provider-kubernetes).
     (
         "github.com/crossplane-contrib/provider-kubernetes",
-        "v1.3.1",
+        "v1.3.0",
     ),
 ];
 
@@ -605,9 +611,10 @@ fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<
         .map(|_| ())
 }
 
-/// provider-helm as a process (the External runtime runs no Deployment),
-/// once its package's CRDs are established: it watches them at start.
-pub fn providers(lab: &Lab) -> Result<(), LabError> {
+/// provider-helm and provider-kubernetes as processes (the External
+/// runtime runs no Deployment), once their packages' CRDs are established:
+/// they watch them at start.
+pub fn providers(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     wait_crd(
         lab,
         "releases.helm.m.crossplane.io",
@@ -615,7 +622,80 @@ pub fn providers(lab: &Lab) -> Result<(), LabError> {
     )?;
     let mut spec = lab.spec("provider-helm", "provider-helm", &["--poll=1m".into()]);
     spec.program = build::provider_bin("provider-helm")?;
-    lab.start_and_wait(&spec, Duration::from_secs(60), || procs::port_open(8080))
+    lab.start_and_wait(&spec, Duration::from_secs(60), || procs::port_open(8080))?;
+
+    wait_crd(
+        lab,
+        "objects.kubernetes.m.crossplane.io",
+        "provider-kubernetes's CRDs (installed by the package manager)",
+    )?;
+    // Not --sanitize-secrets: the secrets scenario proves MetalPlane's
+    // objects leak nothing even where status mirrors Secrets.
+    let mut spec = lab.spec(
+        "provider-kubernetes",
+        "provider-kubernetes",
+        &[
+            "--poll=1m".into(),
+            format!("--metrics-bind-address=127.0.0.1:{PK_METRICS_PORT}"),
+            format!("--health-probe-bind-addr=127.0.0.1:{PK_HEALTH_PORT}"),
+            format!("--webhook-port={PK_WEBHOOK_PORT}"),
+        ],
+    );
+    spec.program = build::provider_bin("provider-kubernetes")?;
+    // Its conversion webhook (cluster-scoped Objects) serves with the lab's
+    // server certificate.
+    spec.env.push((
+        "TLS_SERVER_CERTS_DIR".into(),
+        pki.server_dir().display().to_string(),
+    ));
+    lab.start_and_wait(&spec, Duration::from_secs(60), || {
+        procs::port_open(PK_HEALTH_PORT)
+    })?;
+    // What a real install gets from InjectedIdentity, for a process: the
+    // management cluster's credentials from a file, never from a Secret.
+    let creds = lab.state_path("provider-kubernetes.kubeconfig");
+    let text =
+        pki::kubeconfig_inline(pki, &format!("https://127.0.0.1:{}", super::APISERVER_PORT))?;
+    std::fs::write(&creds, text).map_err(|e| LabError::new(format!("{}: {e}", creds.display())))?;
+    lab.kube.apply(&[json!({
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "ClusterProviderConfig",
+        "metadata": {"name": "default"},
+        "spec": {"credentials": {
+            "source": "Filesystem",
+            "fs": {"path": creds.display().to_string()},
+        }},
+    })])?;
+    modelplane(lab)
+}
+
+/// provider-kubernetes's ports in the netns (8080/8081 and 9443 are taken
+/// by provider-helm and Crossplane).
+const PK_METRICS_PORT: u16 = 8083;
+const PK_HEALTH_PORT: u16 = 8084;
+const PK_WEBHOOK_PORT: u16 = 9447;
+
+/// What a Modelplane install leaves that MetalPlane's fleet family needs:
+/// its namespace and its two XRDs (from `../shared/crds/modelplane`, the
+/// upstream definitions), so the InferenceClass and InferenceCluster our
+/// Objects apply are accepted. No Modelplane controller runs: an
+/// InferenceCluster here never turns Ready.
+pub fn modelplane(lab: &Lab) -> Result<(), LabError> {
+    lab.kube.apply(&[json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "modelplane-system"},
+    })])?;
+    let dir = crate::shared_dir().join("crds/modelplane");
+    for kind in ["inferenceclasses", "inferenceclusters"] {
+        lab.kube
+            .apply_file(&dir.join(kind).join("definition.yaml"))?;
+        wait_crd(
+            lab,
+            &format!("{kind}.modelplane.ai"),
+            &format!("Modelplane's {kind} XRD offered"),
+        )?;
+    }
+    progress("modelplane is up (its XRDs and namespace)");
+    Ok(())
 }
 
 /// Now as RFC 3339 (UTC), for condition timestamps.

@@ -41,6 +41,8 @@ pub fn progress(msg: &str) {
 }
 
 pub const APISERVER_PORT: u16 = 6443;
+/// The add-on API server (see Lab::start_addons_apiserver).
+pub const ADDONS_APISERVER_PORT: u16 = 6445;
 pub const CROSSPLANE_WEBHOOK_PORT: u16 = 9443;
 pub const CROSSPLANE_HEALTH_PORT: u16 = 8081;
 pub const FUNCTION_PORT: u16 = 9445;
@@ -117,6 +119,72 @@ impl Lab {
         Ok(())
     }
 
+    /// A kube-apiserver's flags: on `port`, storing under `prefix` in the
+    /// lab's etcd, serving with the lab's certificates.
+    fn apiserver_args(&self, pki: &pki::Pki, port: u16, prefix: &str, certs: &str) -> Vec<String> {
+        let d = |p: PathBuf| p.display().to_string();
+        let server = pki.server_dir();
+        vec![
+            "--etcd-servers=http://127.0.0.1:2379".into(),
+            format!("--etcd-prefix={prefix}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", d(server.join("tls.crt"))),
+            format!("--tls-private-key-file={}", d(server.join("tls.key"))),
+            format!("--client-ca-file={}", d(pki.ca())),
+            "--authorization-mode=Node,RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", d(pki.sa_pub())),
+            format!("--service-account-signing-key-file={}", d(pki.sa_key())),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--enable-priority-and-fairness=false".into(),
+            // The loopback advertise address is not a valid endpoint.
+            "--endpoint-reconciler-type=none".into(),
+            "--allow-privileged=true".into(),
+            format!("--cert-dir={}", self.path(certs)),
+        ]
+    }
+
+    /// The add-on API server: a second, real kube-apiserver (own etcd
+    /// prefix) holding the CRDs of what the CNI would install, Cilium's
+    /// LB IPAM and L2 announcement kinds from `../shared/crds`. The
+    /// workload stand-in routes those groups to it, so objects MetalPlane
+    /// applies inside the workload cluster are validated, applied
+    /// server-side and deleted by a real API server. Shared by every
+    /// workload cluster of the lab: one cluster with a load balancer at a
+    /// time.
+    fn start_addons_apiserver(&self, pki: &pki::Pki) -> Result<Kube, LabError> {
+        let addons = Kube {
+            kubectl: self.kube.kubectl.clone(),
+            kubeconfig: self.state.join("addons.kubeconfig"),
+        };
+        std::fs::write(
+            &addons.kubeconfig,
+            pki::kubeconfig(pki, &format!("https://127.0.0.1:{ADDONS_APISERVER_PORT}")),
+        )
+        .map_err(|e| LabError::new(format!("addons kubeconfig: {e}")))?;
+        let spec = self.spec(
+            "addons-apiserver",
+            "kube-apiserver",
+            &self.apiserver_args(
+                pki,
+                ADDONS_APISERVER_PORT,
+                "/metalplane-addons",
+                "addons-apiserver-certs",
+            ),
+        );
+        self.start_and_wait(&spec, Duration::from_secs(120), || addons.ready())?;
+        let crds = crate::shared_dir().join("crds");
+        for f in [
+            "cilium.io_ciliumloadbalancerippools.yaml",
+            "cilium.io_ciliuml2announcementpolicies.yaml",
+        ] {
+            addons.apply_file(&crds.join(f))?;
+        }
+        Ok(addons)
+    }
+
     /// etcd, kube-apiserver and kube-controller-manager.
     fn start_kubernetes(&self, pki: &pki::Pki) -> Result<(), LabError> {
         let etcd = which("etcd").ok_or_else(|| {
@@ -139,30 +207,10 @@ impl Lab {
         };
         self.start_and_wait(&spec, Duration::from_secs(30), || procs::port_open(2379))?;
 
-        let d = |p: PathBuf| p.display().to_string();
-        let server = pki.server_dir();
         let apiserver = self.spec(
             "kube-apiserver",
             "kube-apiserver",
-            &[
-                "--etcd-servers=http://127.0.0.1:2379".into(),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={APISERVER_PORT}"),
-                format!("--tls-cert-file={}", d(server.join("tls.crt"))),
-                format!("--tls-private-key-file={}", d(server.join("tls.key"))),
-                format!("--client-ca-file={}", d(pki.ca())),
-                "--authorization-mode=Node,RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", d(pki.sa_pub())),
-                format!("--service-account-signing-key-file={}", d(pki.sa_key())),
-                "--service-cluster-ip-range=10.96.0.0/16".into(),
-                "--enable-priority-and-fairness=false".into(),
-                // The loopback advertise address is not a valid endpoint.
-                "--endpoint-reconciler-type=none".into(),
-                "--allow-privileged=true".into(),
-                format!("--cert-dir={}", self.path("apiserver-certs")),
-            ],
+            &self.apiserver_args(pki, APISERVER_PORT, "/registry", "apiserver-certs"),
         );
         self.start_and_wait(&apiserver, Duration::from_secs(120), || self.kube.ready())?;
 
@@ -172,7 +220,7 @@ impl Lab {
             "kube-controller-manager",
             "kube-controller-manager",
             &[
-                format!("--kubeconfig={}", d(self.kube.kubeconfig.clone())),
+                format!("--kubeconfig={}", self.kube.kubeconfig.display()),
                 "--controllers=garbagecollector,namespace".into(),
                 "--bind-address=127.0.0.1".into(),
                 "--secure-port=10257".into(),
@@ -200,11 +248,12 @@ impl Lab {
         .map_err(|e| LabError::new(format!("kubeconfig: {e}")))?;
         self.start_kubernetes(&pki)?;
         install::crossplane(self, &pki)?;
+        self.start_addons_apiserver(&pki)?;
         install::cluster_api(self, &pki)?;
         install::function(self, &pki)?;
         install::packages(self, &packages)?;
         charts::serve(self)?;
-        install::providers(self)?;
+        install::providers(self, &pki)?;
         progress(&format!(
             "ready in {:.0} s. Reach it with:\n  cargo xtask lab exec -- kubectl get metalclusters -A\n  (KUBECONFIG={}, inside network namespace {})",
             started.elapsed().as_secs_f64(),
@@ -212,6 +261,16 @@ impl Lab {
             procs::NETNS
         ));
         Ok(())
+    }
+
+    /// A file in the lab's state folder.
+    pub fn state_path(&self, p: &str) -> PathBuf {
+        self.state.join(p)
+    }
+
+    /// The add-on API server's kubeconfig (see start_addons_apiserver).
+    pub fn addons_kubeconfig(&self) -> PathBuf {
+        self.state.join("addons.kubeconfig")
     }
 
     /// Stops the function process (the scenario of a function crashing

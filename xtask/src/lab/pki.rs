@@ -145,6 +145,39 @@ pub fn ensure(dir: &Path) -> Result<Pki, LabError> {
     Ok(pki)
 }
 
+/// The admin kubeconfig with the certificates inline, for clients that
+/// ignore file references (provider-kubernetes's Filesystem credentials).
+pub fn kubeconfig_inline(pki: &Pki, server: &str) -> Result<String, LabError> {
+    use base64::Engine;
+    let read = |p: PathBuf| {
+        std::fs::read(&p)
+            .map(|b| base64::engine::general_purpose::STANDARD.encode(b))
+            .map_err(|e| LabError::new(format!("{}: {e}", p.display())))
+    };
+    Ok(format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: lab
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: admin
+  user:
+    client-certificate-data: {crt}
+    client-key-data: {key}
+contexts:
+- name: lab
+  context: {{cluster: lab, user: admin}}
+current-context: lab
+",
+        ca = read(pki.ca())?,
+        crt = read(pki.admin_cert())?,
+        key = read(pki.admin_key())?,
+    ))
+}
+
 /// A kubeconfig for the admin client certificate.
 pub fn kubeconfig(pki: &Pki, server: &str) -> String {
     format!(
