@@ -463,8 +463,9 @@ fn operation(lab: &Lab) -> Outcome {
 /// the example's namespace.
 const RACK_B: &str = "rack-b";
 
-/// Two Dell hosts registered at once in another namespace, inspection on:
-/// both enter `inspecting` together and each gets its own boot-order Job.
+/// Two Dell hosts in another namespace, which the lab's BMO does not
+/// manage (see the BMO flags in xtask's install.rs): the scenario sets
+/// their status as their own BMO would.
 fn rack_b_hosts() -> Vec<Value> {
     let mut docs =
         vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RACK_B}})];
@@ -478,7 +479,7 @@ fn rack_b_hosts() -> Vec<Value> {
             "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
             "metadata": {"name": name, "namespace": RACK_B, "labels": {"metal.kube.farm/pool": "rack-b"}},
             "spec": {
-                "online": false,
+                "online": true,
                 "bootMACAddress": format!("18:66:da:00:0b:0{i}"),
                 "bmc": {
                     "address": format!("idrac-virtualmedia://192.168.120.{}/redfish/v1/Systems/System.Embedded.1", 40 + i),
@@ -488,6 +489,34 @@ fn rack_b_hosts() -> Vec<Value> {
         }));
     }
     docs
+}
+
+/// Writes a rack-b host's status: `state`, and an error message with its
+/// count.
+fn set_host_status(lab: &Lab, host: &str, state: &str, error: &str, count: u32) -> Outcome {
+    let patch = json!({"status": {
+        "operationalStatus": if error.is_empty() { "OK" } else { "error" },
+        "errorType": if error.is_empty() { "" } else { "provisioning error" },
+        "errorMessage": error,
+        "errorCount": count,
+        "poweredOn": true,
+        "provisioningFailCount": 0,
+        "provisioning": {"ID": format!("lab-{host}"), "state": state},
+    }});
+    lab.kube
+        .run(&[
+            "patch",
+            "baremetalhost",
+            host,
+            "-n",
+            RACK_B,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn operations(lab: &Lab) -> Vec<Value> {
@@ -513,8 +542,22 @@ fn operation_outputs(lab: &Lab) -> Vec<String> {
 /// at once both get theirs, and a deleted host leaves a succeeded
 /// Operation (not a failed one).
 fn operation_any_namespace(lab: &Lab) -> Outcome {
+    // A kept lab may hold an earlier run's hosts.
+    lab.kube
+        .run(&[
+            "delete",
+            "namespace",
+            RACK_B,
+            "--ignore-not-found",
+            "--timeout=180s",
+        ])
+        .map_err(|e| e.to_string())?;
     lab.kube.apply(&rack_b_hosts()).map_err(|e| e.to_string())?;
-    let want = ["b1-inspec-none", "b2-inspec-none"];
+    // Both hosts start provisioning at the same moment, then b1's virtual
+    // media fails (Ironic's message, as BMO reports it).
+    set_host_status(lab, "b1", "provisioning", "", 0)?;
+    set_host_status(lab, "b2", "provisioning", "", 0)?;
+    let want = ["b1-provis-none", "b2-provis-none", "b1-bmcreset-1"];
     let jobs = |lab: &Lab| -> Vec<String> {
         lab.kube
             .list("jobs.batch", Some(RACK_B))
@@ -522,17 +565,28 @@ fn operation_any_namespace(lab: &Lab) -> Outcome {
             .map(|j| str_at(j, "/metadata/name").to_string())
             .collect()
     };
-    let waited = wait("boot-order Jobs for b1 and b2 in rack-b", 180, || {
-        let have = jobs(lab);
-        want.iter().all(|w| have.iter().any(|h| h == w))
-    });
-    if let Err(e) = waited {
-        return Err(format!(
-            "{e}; Jobs in {RACK_B}: {:?}; operations: {:?}",
-            jobs(lab),
-            operation_outputs(lab)
-        ));
-    }
+    let expect = |lab: &Lab, what: &str, want: &[&str]| -> Outcome {
+        wait(what, 60, || {
+            let have = jobs(lab);
+            want.iter().all(|w| have.iter().any(|h| h == w))
+        })
+        .map_err(|e| {
+            format!(
+                "{e}; Jobs in {RACK_B}: {:?}; operations: {:?}",
+                jobs(lab),
+                operation_outputs(lab)
+            )
+        })
+    };
+    expect(lab, "boot-order Jobs for b1 and b2", &want[..2])?;
+    set_host_status(
+        lab,
+        "b1",
+        "provisioning",
+        "Virtual media mount failed: Unable to mount virtual media",
+        1,
+    )?;
+    expect(lab, "the iDRAC reset Job for b1", &want)?;
     println!("  Jobs in {RACK_B}: {}", jobs(lab).join(", "));
     lab.kube
         .run(&[

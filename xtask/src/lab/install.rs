@@ -113,6 +113,12 @@ impl Controller {
             // webhook server reads certificates from $TMPDIR.
             return vec![
                 "-test-mode".into(),
+                // The lab inventory's namespace only. Hosts elsewhere stand
+                // for another site's BMO: the operation scenario writes their
+                // status itself, because the test-mode provisioner keeps one
+                // image state for all hosts (a second host provisions in
+                // milliseconds), so two hosts never sit in a state together.
+                format!("-namespace={}", crate::lab::INVENTORY_NAMESPACE),
                 format!("-webhook-port={}", self.port),
                 format!("-health-addr=127.0.0.1:{}", self.health_port()),
                 format!("-metrics-addr=127.0.0.1:{}", self.port + 200),

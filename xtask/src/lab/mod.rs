@@ -41,6 +41,9 @@ pub fn progress(msg: &str) {
 }
 
 pub const APISERVER_PORT: u16 = 6443;
+/// Where the lab's inventory lives (examples/lab/inventory.yaml); the only
+/// namespace the lab's BMO manages.
+pub const INVENTORY_NAMESPACE: &str = "metal";
 /// The add-on API server (see Lab::start_addons_apiserver).
 pub const ADDONS_APISERVER_PORT: u16 = 6445;
 pub const CROSSPLANE_WEBHOOK_PORT: u16 = 9443;
