@@ -496,11 +496,11 @@ fn rack_b_hosts() -> Vec<Value> {
 fn set_host_status(lab: &Lab, host: &str, state: &str, error: &str, count: u32) -> Outcome {
     let patch = json!({"status": {
         "operationalStatus": if error.is_empty() { "OK" } else { "error" },
-        "errorType": if error.is_empty() { "" } else { "provisioning error" },
+        // Merge patch: null removes it (it has no empty value).
+        "errorType": if error.is_empty() { Value::Null } else { json!("provisioning error") },
         "errorMessage": error,
         "errorCount": count,
         "poweredOn": true,
-        "provisioningFailCount": 0,
         "provisioning": {"ID": format!("lab-{host}"), "state": state},
     }});
     lab.kube
