@@ -77,7 +77,14 @@ fn benches(c: &mut Criterion) {
     let host = load("tests/fixtures/hosts/r730-provisioned.yaml").remove(0);
     let input = metalplane::operate::input::Input::default();
     g.bench_function("operation: decide only", |b| {
-        b.iter(|| metalplane::operate::decide::decide(black_box(&host), black_box(&input), Some(0)))
+        b.iter(|| {
+            metalplane::operate::decide::decide(
+                black_box(&host),
+                black_box(&input),
+                Some(0),
+                1_800_000_000,
+            )
+        })
     });
     g.finish();
 }

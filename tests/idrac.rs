@@ -54,7 +54,7 @@ fn fix_args() -> Vec<&'static str> {
         "fix-boot-order",
         "--poll",
         "50ms",
-        "--pace",
+        "--jobs-poll",
         "100ms",
         "--media-wait",
         "3s",
@@ -195,8 +195,11 @@ async fn gives_up_quietly_without_media() {
     });
 }
 
+/// Ironic runs its virtual media boot setting, BIOS and RAID steps as
+/// iDRAC jobs: they block our change (SYS011) and must survive. The program
+/// waits for them, then fixes the order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sys011_clears_unfinished_jobs_paced_then_retries() {
+async fn ironic_jobs_are_waited_for_never_deleted() {
     let cfg = Config {
         jobs: vec![
             ("JID_000000000001", "Completed"),
@@ -204,38 +207,89 @@ async fn sys011_clears_unfinished_jobs_paced_then_retries() {
             ("JID_000000000003", "Running"),
             ("JID_000000000004", "Failed"),
         ],
+        jobs_finish_after_lists: Some(3),
         power_on: false,
         ..Config::default()
     };
     let emu = Emulator::start(cfg).await;
     let r = bmc(&emu, PASS, &fix_args()).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("2 stale job(s) cleared"), "{}", r.stdout);
+    assert!(r.stdout.contains("outcome=fixed"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("waited for 2 job(s) of others"),
+        "{}",
+        r.stdout
+    );
     assert_clean(&r);
     emu.with(|st| {
-        let deleted: Vec<&str> = st.deletes.iter().map(|(_, id)| id.as_str()).collect();
-        assert_eq!(
-            deleted,
-            ["JID_000000000002", "JID_000000000003"],
-            "only unfinished jobs, one request each"
-        );
-        let gap = st.deletes[1].0 - st.deletes[0].0;
-        assert!(
-            gap >= Duration::from_millis(90),
-            "deletions are paced: {gap:?}"
-        );
+        assert!(st.deletes.is_empty(), "deleted {:?}", st.deletes);
+        for id in [
+            "JID_000000000001",
+            "JID_000000000002",
+            "JID_000000000003",
+            "JID_000000000004",
+        ] {
+            assert!(st.jobs.contains_key(id), "{id} survives");
+        }
         assert_eq!(
             st.count("PATCH", SETTINGS),
-            2,
-            "PATCH, SYS011, clear, PATCH"
+            1,
+            "no PATCH while a job blocks it"
         );
         assert_eq!(st.order()[0], VIRTUAL);
         assert_eq!(st.power_resets, vec!["On"], "host was off");
-        assert!(
-            st.jobs.contains_key("JID_000000000001") && st.jobs.contains_key("JID_000000000004"),
-            "finished jobs stay"
-        );
     });
+}
+
+/// Jobs of others that never finish within the wait: nothing is changed,
+/// nothing deleted, nothing restarted; the outcome says who blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_by_jobs_of_others_defers_without_touching_them() {
+    let cfg = Config {
+        jobs: vec![("JID_000000000007", "Scheduled")],
+        ..Config::default()
+    };
+    let emu = Emulator::start(cfg).await;
+    let mut args = fix_args();
+    args.extend(["--jobs-poll", "100ms", "--jobs-wait", "600ms"]);
+    let r = bmc(&emu, PASS, &args).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("outcome=deferred"), "{}", r.stdout);
+    assert!(r.stdout.contains("JID_000000000007"), "{}", r.stdout);
+    emu.with(|st| {
+        assert!(st.deletes.is_empty());
+        assert_eq!(st.count("PATCH", SETTINGS), 0);
+        assert!(st.power_resets.is_empty());
+        assert!(st.job_lists >= 3, "it polled: {}", st.job_lists);
+    });
+}
+
+/// An OS is already up (maybe Ironic's ramdisk from the virtual media):
+/// the order is fixed for the next boot, the host is not restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_running_an_os_is_not_restarted() {
+    for (progress, want) in [
+        (Some("OSRunning"), vec![]),
+        (Some("OSBootStarted"), vec![]),
+        (
+            Some("SystemHardwareInitializationComplete"),
+            vec!["ForceRestart"],
+        ),
+        (None, vec!["ForceRestart"]),
+    ] {
+        let cfg = Config {
+            boot_progress: progress,
+            ..Config::default()
+        };
+        let emu = Emulator::start(cfg).await;
+        let r = bmc(&emu, PASS, &fix_args()).await;
+        assert_eq!(r.code, 0, "{progress:?}: {}\n{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("outcome=fixed"), "{}", r.stdout);
+        emu.with(|st| {
+            assert_eq!(st.order()[0], VIRTUAL, "{progress:?}");
+            assert_eq!(st.power_resets, want, "{progress:?}");
+        });
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -449,6 +449,25 @@ fn operation(lab: &Lab) -> Outcome {
             || format!("Job credentials are not secretKeyRefs to r730-bmc: {creds:?}"),
         )?;
     }
+    // The Jobs run the package the function was installed from.
+    let f = lab
+        .kube
+        .get("functions.pkg.crossplane.io", FUNCTION, None)
+        .unwrap_or(Value::Null);
+    let installed = [
+        str_at(&f, "/status/resolvedPackage"),
+        str_at(&f, "/spec/package"),
+    ]
+    .into_iter()
+    .find(|s| !s.is_empty())
+    .unwrap_or_default()
+    .to_string();
+    for j in &ours {
+        let image = str_at(j, "/spec/template/spec/containers/0/image");
+        check(!installed.is_empty() && image == installed, || {
+            format!("Job image {image:?} is not the installed package {installed:?}")
+        })?;
+    }
     println!(
         "  Jobs for r730: {}",
         ours.iter()
@@ -587,6 +606,44 @@ fn operation_any_namespace(lab: &Lab) -> Outcome {
         1,
     )?;
     expect(lab, "the iDRAC reset Job for b1", &want)?;
+    // The reset is recorded on the host: its Job expiring (TTL) refills
+    // nothing, and BMO's next retry right after is paced, not reset again.
+    let record = |lab: &Lab| {
+        lab.kube
+            .get("baremetalhost", "b1", Some(RACK_B))
+            .and_then(|h| {
+                h.pointer("/metadata/annotations/metal.kube.farm~1bmc-resets")
+                    .and_then(Value::as_str)
+                    .and_then(|r| serde_json::from_str::<Value>(r).ok())
+            })
+            .unwrap_or(Value::Null)
+    };
+    wait("b1's reset recorded on the host", 30, || {
+        record(lab)["count"] == 1
+    })
+    .map_err(|e| format!("{e}; b1 record: {}", record(lab)))?;
+    lab.kube
+        .run(&["delete", "job", "b1-bmcreset-1", "-n", RACK_B])
+        .map_err(|e| e.to_string())?;
+    set_host_status(
+        lab,
+        "b1",
+        "provisioning",
+        "Virtual media mount failed: Unable to mount virtual media",
+        2,
+    )?;
+    let paced = |o: &Value| {
+        o.pointer("/status/pipeline/0/output/reason")
+            .and_then(Value::as_str)
+            .is_some_and(|r| r.contains("after the last iDRAC reset"))
+    };
+    wait("an Operation pacing b1's second failure", 30, || {
+        operations(lab).iter().any(paced)
+    })
+    .map_err(|e| format!("{e}; operations: {:?}", operation_outputs(lab)))?;
+    check(!jobs(lab).iter().any(|j| j == "b1-bmcreset-2"), || {
+        format!("a second reset while the iDRAC restarts: {:?}", jobs(lab))
+    })?;
     println!("  Jobs in {RACK_B}: {}", jobs(lab).join(", "));
     lab.kube
         .run(&[

@@ -44,10 +44,57 @@ fn bmh(name: &str, address: &str, state: &str) -> Value {
 
 const IDRAC: &str = "idrac-virtualmedia://192.168.120.20/redfish/v1/Systems/System.Embedded.1";
 
+/// The output and the Jobs an operation applies.
 fn run(host: &Value, input: Option<Value>, required: &[Value]) -> (Value, Vec<Value>) {
+    let (out, applied, _) = run_all(host, input, required);
+    let jobs = applied.into_iter().filter(|d| d["kind"] == "Job").collect();
+    (out, jobs)
+}
+
+/// The output, everything applied, and the results.
+fn run_all(
+    host: &Value,
+    input: Option<Value>,
+    required: &[Value],
+) -> (Value, Vec<Value>, Vec<(String, String)>) {
     let r = render::operate(host, input.as_ref(), required).unwrap_or_else(|e| panic!("{e}"));
     let output = r.documents[0]["status"]["pipeline"][0]["output"].clone();
-    (output, r.documents[1..].to_vec())
+    (output, r.documents[1..].to_vec(), r.results)
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+/// A host whose virtual media failed `count` times, with the reset record
+/// `record` (count, errorCount, seconds ago) on it.
+fn failing(count: i64, record: Option<(u32, i64, i64)>) -> Value {
+    let mut h = bmh("r730", IDRAC, "provisioning");
+    h["status"]["errorMessage"] = json!("Virtual media mount failed: Base.1.2.InternalError");
+    h["status"]["errorCount"] = json!(count);
+    h["status"]["errorType"] = json!("provisioning error");
+    if let Some((n, e, ago)) = record {
+        h["metadata"]["annotations"] = json!({
+            "metal.kube.farm/bmc-resets": json!({"count": n, "errorCount": e, "at": now() - ago}).to_string(),
+        });
+    }
+    h
+}
+
+/// The reset record an operation writes on the host, if any.
+fn record_written(applied: &[Value]) -> Option<Value> {
+    applied
+        .iter()
+        .find(|d| d["kind"] == "BareMetalHost")
+        .map(|h| {
+            let raw = h["metadata"]["annotations"]["metal.kube.farm/bmc-resets"]
+                .as_str()
+                .unwrap_or_default();
+            serde_json::from_str(raw).unwrap_or(Value::Null)
+        })
 }
 
 #[test]
@@ -88,70 +135,138 @@ fn boot_order_job_names_follow_the_original() {
 
 #[test]
 fn virtual_media_failure_resets_the_idrac_once_per_error_count() {
+    // Each failure an hour after the last reset: a reset, recorded.
     for count in [1, 2, 3] {
-        let mut h = bmh("r730", IDRAC, "provisioning");
-        h["status"]["errorMessage"] = json!("Virtual media mount failed: Base.1.2.InternalError");
-        h["status"]["errorCount"] = json!(count);
-        h["status"]["errorType"] = json!("provisioning error");
-        let (out, jobs) = run(&h, None, &[]);
+        let prev = (count > 1).then(|| (count as u32 - 1, count - 1, 3600));
+        let h = failing(count, prev);
+        let (out, applied, results) = run_all(&h, None, &[]);
         assert_eq!(
             out["action"], "reset-bmc",
             "the reset wins over the boot order: {out}"
         );
         assert_eq!(out["job"], format!("r730-bmcreset-{count}"));
+        let jobs: Vec<&Value> = applied.iter().filter(|d| d["kind"] == "Job").collect();
         assert_eq!(jobs.len(), 1);
         assert_eq!(
             jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"][0],
             "reset-bmc"
         );
-        // The same errorCount again: the same Job name, so no second reset.
-        assert_eq!(run(&h, None, &[]).0["job"], out["job"]);
+        let rec = record_written(&applied).expect("the reset is recorded on the host");
+        assert_eq!(
+            (rec["count"].as_i64(), rec["errorCount"].as_i64()),
+            (Some(count), Some(count))
+        );
+        assert!((rec["at"].as_i64().unwrap_or(0) - now()).abs() < 60);
+        // The record patch carries only the annotation.
+        let patch = applied
+            .iter()
+            .find(|d| d["kind"] == "BareMetalHost")
+            .expect("patch");
+        assert!(
+            patch.get("spec").is_none() && patch.get("status").is_none(),
+            "{patch}"
+        );
+        assert!(results.is_empty(), "{results:?}");
+        // The same errorCount again (another field changed): no second reset.
+        let again = failing(count, Some((count as u32, count, 5)));
+        let (out, applied, _) = run_all(&again, None, &[]);
+        assert_eq!(out["action"], "none", "{out}");
+        assert!(applied.is_empty(), "{applied:?}");
     }
 }
 
 #[test]
-fn resets_are_capped_per_host() {
-    let mut h = bmh("r730", IDRAC, "provisioning");
-    h["status"]["errorMessage"] = json!("virtual media mount failed");
-    h["status"]["errorCount"] = json!(4);
-    let (out, jobs) = run(&h, None, &[]);
-    assert_eq!(
-        out["action"], "none",
-        "errorCount 4 is past the default cap of 3"
-    );
+fn the_reset_budget_lives_on_the_host_and_is_paced() {
+    // Spent: three resets recorded, the Jobs long gone (TTL).
+    let (out, applied, results) = run_all(&failing(4, Some((3, 3, 7200))), None, &[]);
+    assert_eq!(out["action"], "none");
     assert!(
         out["reason"]
             .as_str()
             .unwrap_or_default()
-            .contains("cap of 3")
+            .contains("budget of 3"),
+        "{out}"
     );
-    assert!(jobs.is_empty());
-
-    // Reset Jobs still present count too.
-    h["status"]["errorCount"] = json!(1);
+    assert!(applied.is_empty());
+    assert!(
+        results
+            .iter()
+            .any(|(sev, m)| sev.to_ascii_lowercase().contains("warning") && m.contains("budget")),
+        "a spent budget is a Warning (an event on the Operation): {results:?}"
+    );
+    // The input raises it.
+    let (out, _) = run(
+        &failing(4, Some((3, 3, 7200))),
+        Some(json!({"maxResets": 5})),
+        &[],
+    );
+    assert_eq!(out["action"], "reset-bmc", "{out}");
+    // Paced: BMO retried while the iDRAC still restarts from the last reset.
+    let (out, applied, _) = run_all(&failing(2, Some((1, 1, 120))), None, &[]);
+    assert_eq!(out["action"], "none");
+    assert!(
+        out["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("120 s after"),
+        "{out}"
+    );
+    assert!(applied.is_empty());
+    let (out, _) = run(
+        &failing(2, Some((1, 1, 120))),
+        Some(json!({"resetIntervalSeconds": 60})),
+        &[],
+    );
+    assert_eq!(out["action"], "reset-bmc", "{out}");
+    // Reset Jobs still present count too (a record lost or removed).
     let present: Vec<Value> = (0..3)
         .map(|i| json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": format!("r730-bmcreset-x{i}"), "namespace": "metal",
             "labels": {"metal.kube.farm/host": "r730", "metal.kube.farm/action": "reset-bmc"}}}))
         .collect();
-    let (out, _) = run(&h, None, &present);
+    let (out, _) = run(&failing(1, None), None, &present);
     assert_eq!(out["action"], "none", "{out}");
-    let (out, _) = run(
-        &h,
-        Some(
-            json!({"apiVersion": "metalplane.fn.kube.farm/v1alpha1", "kind": "BMCRemediation", "maxResets": 5}),
-        ),
-        &present,
-    );
-    assert_eq!(out["action"], "reset-bmc", "the input raises the cap");
-    // Its own Job (same errorCount) is not counted against it.
-    let own = vec![
-        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "r730-bmcreset-1", "namespace": "metal",
-        "labels": {"metal.kube.farm/host": "r730", "metal.kube.farm/action": "reset-bmc"}}}),
-    ];
+    // A healthy host ends the episode: the budget is whole again.
+    let mut healthy = bmh("r730", IDRAC, "provisioned");
+    healthy["metadata"]["annotations"] = json!({"metal.kube.farm/bmc-resets": json!({"count": 3, "errorCount": 3, "at": 1}).to_string()});
+    let (out, applied, _) = run_all(&healthy, None, &[]);
+    assert_eq!(out["action"], "none");
+    let rec = record_written(&applied).expect("the record is cleared");
+    assert_eq!(rec["count"], 0);
+    // Cleared already: nothing written.
+    healthy["metadata"]["annotations"] = json!({"metal.kube.farm/bmc-resets": json!({"count": 0, "errorCount": 0, "at": 0}).to_string()});
+    assert!(run_all(&healthy, None, &[]).1.is_empty());
+}
+
+#[test]
+fn jobs_run_the_installed_package() {
+    let h = bmh("r730", IDRAC, "provisioning");
+    let image = |out: &Value, jobs: &[Value]| {
+        let j = jobs[0]["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+        assert_eq!(out["image"], j, "the output names the Job's image");
+        j
+    };
+    // No Function object (a development run): the published package.
+    let (out, jobs) = run(&h, None, &[]);
     assert_eq!(
-        run(&h, Some(json!({"maxResets": 1})), &own).0["action"],
-        "reset-bmc"
+        image(&out, &jobs),
+        format!(
+            "ghcr.io/kube-farm/function-metalplane:v{}",
+            env!("CARGO_PKG_VERSION")
+        )
     );
+    // Installed through a mirror: the rewritten path.
+    let function = json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Function",
+        "metadata": {"name": "kube-farm-function-metalplane"},
+        "spec": {"package": "ghcr.io/kube-farm/function-metalplane:v0.1.0"},
+        "status": {"resolvedPackage": "registry.lab:5000/kube-farm/function-metalplane:v0.1.0"}});
+    let (out, jobs) = run(&h, None, std::slice::from_ref(&function));
+    assert_eq!(
+        image(&out, &jobs),
+        "registry.lab:5000/kube-farm/function-metalplane:v0.1.0"
+    );
+    // The input wins.
+    let (out, jobs) = run(&h, Some(json!({"image": "example.org/bmc:1"})), &[function]);
+    assert_eq!(image(&out, &jobs), "example.org/bmc:1");
 }
 
 #[test]
@@ -444,9 +559,16 @@ async fn operation_round_trip_over_grpc() {
         ),
         ("batch/v1", "Job", Some("metal"))
     );
+    // The reset record carries the time of the call: compare without it.
+    let without_record = |mut r: RunFunctionResponse| {
+        if let Some(d) = r.desired.as_mut() {
+            d.resources.remove(metalplane::operate::HOST_RECORD);
+        }
+        r
+    };
     assert_eq!(
-        rsp,
-        metalplane::run(&req),
+        without_record(rsp.clone()),
+        without_record(metalplane::run(&req)),
         "the wire answer equals the in-process answer"
     );
     let output = struct_to_json(rsp.output.as_ref().expect("output"));

@@ -456,10 +456,19 @@ pub fn operate(
         .map(|d| d.resources.iter().collect())
         .unwrap_or_default();
     desired.sort_by(|a, b| a.0.cmp(b.0));
-    let applied: Vec<Value> = desired
+    let mut applied: Vec<Value> = desired
         .iter()
         .filter_map(|(_, r)| r.resource.as_ref().map(struct_to_json))
         .collect();
+    // `crossplane alpha render op` lists applied resources by API version,
+    // kind and name.
+    applied.sort_by_key(|o| {
+        (
+            str_at(o, "/apiVersion").to_string(),
+            str_at(o, "/kind").to_string(),
+            str_at(o, "/metadata/name").to_string(),
+        )
+    });
     let mut status = json!({"pipeline": [{"step": "metalplane", "output": output}]});
     {
         // What Crossplane records of the resources an operation applied.

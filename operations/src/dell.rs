@@ -54,8 +54,14 @@ pub enum Outcome {
     Fixed {
         device: String,
         job: String,
-        reset: String,
-        cleared: usize,
+        reset: Restart,
+        waited_for: usize,
+    },
+    /// Jobs of others (Ironic's) kept the change blocked for the whole
+    /// wait; nothing was changed.
+    Deferred {
+        device: String,
+        blocking: Vec<String>,
     },
     AlreadyFirst {
         device: String,
@@ -78,6 +84,7 @@ impl Outcome {
     pub fn word(&self) -> &'static str {
         match self {
             Outcome::Fixed { .. } => "fixed",
+            Outcome::Deferred { .. } => "deferred",
             Outcome::AlreadyFirst { .. } => "already-first",
             Outcome::MediaNotAttached { .. } => "media-not-attached",
             Outcome::BmcReset { .. } => "bmc-reset",
@@ -91,9 +98,14 @@ impl Outcome {
                 device,
                 job,
                 reset,
-                cleared,
+                waited_for,
             } => format!(
-                "{device} is first in the UEFI boot order, config job {job}, {reset}, {cleared} stale job(s) cleared"
+                "{device} is first in the UEFI boot order, config job {job}, {}, waited for {waited_for} job(s) of others",
+                reset.describe()
+            ),
+            Outcome::Deferred { device, blocking } => format!(
+                "{device} not moved: job(s) {} of others still pending after the wait; they were left alone",
+                blocking.join(", ")
             ),
             Outcome::AlreadyFirst { device } => format!("{device} is already first; nothing to do"),
             Outcome::MediaNotAttached { device, waited } => {
@@ -216,43 +228,103 @@ pub async fn boot_sources_path(c: &Client, ids: &Ids) -> Result<String, BmcError
     Ok(link.unwrap_or_else(|| format!("{}/BootSources", ids.system_path())))
 }
 
-/// Deletes every unfinished job, one request per job, `pace` apart (older
-/// iDRAC8 firmware has no DellJobService to clear the queue at once).
-pub async fn clear_unfinished_jobs(
-    c: &Client,
-    ids: &Ids,
-    pace: Duration,
-) -> Result<usize, BmcError> {
+/// The unfinished jobs on the iDRAC, by id.
+pub async fn unfinished_jobs(c: &Client, ids: &Ids) -> Result<Vec<String>, BmcError> {
     let list = c.get(&ids.jobs_path()).await?;
     let members: Vec<String> = list
         .get("Members")
         .and_then(Value::as_array)
         .map(|m| m.iter().filter_map(odata_id).collect())
         .unwrap_or_default();
-    let mut deleted = 0;
+    let mut open = Vec::new();
     for path in members {
         let job = c.get(&path).await?;
         let state = job
             .get("JobState")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if !UNFINISHED.contains(&state) {
-            continue;
+        if UNFINISHED.contains(&state) {
+            open.push(path.rsplit('/').next().unwrap_or(&path).to_string());
         }
-        if deleted > 0 {
-            c.pause(pace).await?;
-        }
-        let r = c
-            .send(Method::DELETE, &path, None, Idempotency::Safe)
-            .await?;
-        // A job that finished or vanished meanwhile is fine.
-        if !r.ok() && r.status.as_u16() != 404 {
-            return Err(refused("DELETE", &path, &r));
-        }
-        tracing::info!(job = %path, state, "deleted unfinished job");
-        deleted += 1;
     }
-    Ok(deleted)
+    Ok(open)
+}
+
+/// Waits, polling every `o.jobs_poll` for at most `o.jobs_wait`, until no
+/// unfinished job blocks a configuration change. Jobs are never deleted:
+/// Ironic runs its virtual media boot setting (ImportSystemConfiguration),
+/// BIOS and RAID steps as iDRAC jobs, and sushy-oem-idrac itself waits on a
+/// running job (RAC0679) rather than deleting it. Returns the number of
+/// jobs waited for, or the ids still blocking when the wait ran out.
+pub async fn wait_for_jobs(
+    c: &Client,
+    ids: &Ids,
+    o: &FixOptions,
+) -> Result<Result<usize, Vec<String>>, BmcError> {
+    let started = Instant::now();
+    let first = unfinished_jobs(c, ids).await?;
+    let mut open = first.clone();
+    while !open.is_empty() {
+        if started.elapsed() + o.jobs_poll > o.jobs_wait || o.jobs_poll >= c.remaining() {
+            return Ok(Err(open));
+        }
+        tracing::info!(jobs = ?open, "waiting for job(s) of others to finish");
+        c.pause(o.jobs_poll).await?;
+        open = unfinished_jobs(c, ids).await?;
+    }
+    Ok(Ok(first.len()))
+}
+
+/// What to do with the host's power once the configuration job exists (it
+/// runs at the next boot).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Restart {
+    /// Off: power it on; nothing runs that a boot could interrupt.
+    PowerOn,
+    /// On, in firmware or stuck before an OS: restart now.
+    ForceRestart,
+    /// On with an operating system booting or running: that may be Ironic's
+    /// ramdisk booted from the virtual media, which a restart would kill.
+    /// The job waits for the next reboot, which Ironic makes if it needs
+    /// one.
+    Leave { last_state: String },
+}
+
+impl Restart {
+    pub fn reset_type(&self) -> Option<&'static str> {
+        match self {
+            Restart::PowerOn => Some("On"),
+            Restart::ForceRestart => Some("ForceRestart"),
+            Restart::Leave { .. } => None,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Restart::PowerOn => "host was off: On".into(),
+            Restart::ForceRestart => "host was on before any OS: ForceRestart".into(),
+            Restart::Leave { last_state } => format!(
+                "host left running (BootProgress {last_state}: an OS, maybe Ironic's ramdisk, is up; the job runs at the next reboot)"
+            ),
+        }
+    }
+}
+
+/// Boot progress states at which an operating system is booting or running
+/// (Redfish BootProgressTypes).
+pub const OS_STATES: [&str; 2] = ["OSBootStarted", "OSRunning"];
+
+/// The restart rule, from the system's PowerState and
+/// BootProgress.LastState (absent on iDRAC8 firmware, which then restarts
+/// as before: it cannot tell).
+pub fn restart_rule(power: &str, last_state: Option<&str>) -> Restart {
+    match (power, last_state) {
+        ("On", Some(s)) if OS_STATES.contains(&s) => Restart::Leave {
+            last_state: s.to_string(),
+        },
+        ("On", _) => Restart::ForceRestart,
+        _ => Restart::PowerOn,
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -260,7 +332,10 @@ pub struct FixOptions {
     pub device: String,
     pub media_wait: Duration,
     pub poll: Duration,
-    pub pace: Duration,
+    /// Poll interval while jobs of others block the change.
+    pub jobs_poll: Duration,
+    /// How long to wait for them before deferring.
+    pub jobs_wait: Duration,
 }
 
 /// The whole boot-order fix. See the module docs of the crate.
@@ -294,9 +369,18 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
         });
     }
 
-    // 3. Reorder; a pending configuration job blocks the change (SYS011).
+    // 3. Reorder once no job blocks it (SYS011 otherwise); jobs of others
+    // are waited for, never deleted.
+    let mut waited_for = match wait_for_jobs(c, ids, o).await? {
+        Ok(n) => n,
+        Err(blocking) => {
+            return Ok(Outcome::Deferred {
+                device: o.device.clone(),
+                blocking,
+            });
+        }
+    };
     let body = json!({"Attributes": {attr: reorder(&entries, &o.device).iter().map(BootEntry::to_json).collect::<Vec<_>>()}});
-    let mut cleared = 0;
     for round in 0..3 {
         let r = c
             .send(
@@ -310,8 +394,16 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
             break;
         }
         if round < 2 && PENDING_CODES.iter().any(|code| r.has_message(code)) {
-            tracing::info!(code = %r.message(), "a pending configuration job blocks the change; clearing unfinished jobs");
-            cleared += clear_unfinished_jobs(c, ids, o.pace).await?;
+            tracing::info!(code = %r.message(), "a job created meanwhile blocks the change; waiting for it");
+            match wait_for_jobs(c, ids, o).await? {
+                Ok(n) => waited_for += n,
+                Err(blocking) => {
+                    return Ok(Outcome::Deferred {
+                        device: o.device.clone(),
+                        blocking,
+                    });
+                }
+            }
             continue;
         }
         return Err(refused("PATCH", &settings_path, &r));
@@ -352,7 +444,17 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
         }
         if PENDING_CODES.iter().any(|code| r.has_message(code)) && pending_round < 2 {
             pending_round += 1;
-            cleared += clear_unfinished_jobs(c, ids, o.pace).await?;
+            match wait_for_jobs(c, ids, o).await? {
+                Ok(n) => waited_for += n,
+                Err(blocking) => {
+                    // The settings stay staged; whoever reboots next
+                    // applies nothing of ours without a job.
+                    return Ok(Outcome::Deferred {
+                        device: o.device.clone(),
+                        blocking,
+                    });
+                }
+            }
             continue;
         }
         if r.status.as_u16() == 400 && targets.len() > 1 {
@@ -364,25 +466,28 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
     }
     let job = job.ok_or_else(|| BmcError::Protocol("no configuration job was created".into()))?;
 
-    // 5. The job runs at the next boot.
-    let reset = power_reset(c, ids).await?;
-    Ok(Outcome::Fixed {
-        device: o.device.clone(),
-        job,
-        reset: reset.0,
-        cleared,
-    })
-}
-
-/// ForceRestart when on, On when off. Returns (reset type, power state).
-pub async fn power_reset(c: &Client, ids: &Ids) -> Result<(String, String), BmcError> {
+    // 5. The job runs at the next boot: start one unless an OS is up.
     let system = c.get(&ids.system_path()).await?;
     let power = system
         .get("PowerState")
         .and_then(Value::as_str)
-        .unwrap_or("Unknown")
-        .to_string();
-    let reset = if power == "On" { "ForceRestart" } else { "On" };
+        .unwrap_or("Unknown");
+    let last_state = system
+        .pointer("/BootProgress/LastState")
+        .and_then(Value::as_str);
+    let reset = restart_rule(power, last_state);
+    if let Some(t) = reset.reset_type() {
+        system_reset(c, ids, t).await?;
+    }
+    Ok(Outcome::Fixed {
+        device: o.device.clone(),
+        job,
+        reset,
+        waited_for,
+    })
+}
+
+async fn system_reset(c: &Client, ids: &Ids, reset: &str) -> Result<(), BmcError> {
     let path = format!("{}/Actions/ComputerSystem.Reset", ids.system_path());
     let r = c
         .send(
@@ -395,6 +500,19 @@ pub async fn power_reset(c: &Client, ids: &Ids) -> Result<(String, String), BmcE
     if !r.ok() {
         return Err(refused("POST", &path, &r));
     }
+    Ok(())
+}
+
+/// ForceRestart when on, On when off. Returns (reset type, power state).
+pub async fn power_reset(c: &Client, ids: &Ids) -> Result<(String, String), BmcError> {
+    let system = c.get(&ids.system_path()).await?;
+    let power = system
+        .get("PowerState")
+        .and_then(Value::as_str)
+        .unwrap_or("Unknown")
+        .to_string();
+    let reset = if power == "On" { "ForceRestart" } else { "On" };
+    system_reset(c, ids, reset).await?;
     Ok((reset.to_string(), power))
 }
 

@@ -94,9 +94,13 @@ enum Command {
         /// Interval between boot source polls.
         #[arg(long, default_value = "10s", value_parser = duration)]
         poll: Duration,
-        /// Pause between job deletions.
-        #[arg(long, default_value = "2s", value_parser = duration)]
-        pace: Duration,
+        /// Poll interval while jobs of others (Ironic's) block the change.
+        #[arg(long, default_value = "15s", value_parser = duration)]
+        jobs_poll: Duration,
+        /// How long to wait for them before deferring (they are never
+        /// deleted).
+        #[arg(long, default_value = "8m", value_parser = duration)]
+        jobs_wait: Duration,
     },
     /// Reset the iDRAC (Manager.Reset GracefulRestart) and wait for it to return.
     ResetBmc {
@@ -179,13 +183,15 @@ async fn run(cli: &Cli) -> Result<(Client, Outcome), BmcError> {
             boot_device,
             media_wait,
             poll,
-            pace,
+            jobs_poll,
+            jobs_wait,
         } => {
             let o = FixOptions {
                 device: boot_device.clone(),
                 media_wait: *media_wait,
                 poll: *poll,
-                pace: *pace,
+                jobs_poll: *jobs_poll,
+                jobs_wait: *jobs_wait,
             };
             dell::fix_boot_order(&c, &ids, &o).await?
         }

@@ -41,8 +41,14 @@ pub struct Config {
     /// Where the virtual drive sits when listed (the iDRAC adds it last).
     pub virtual_first: bool,
     pub power_on: bool,
-    /// Jobs already on the iDRAC: (id, state).
+    /// Jobs already on the iDRAC, Ironic's: (id, state).
     pub jobs: Vec<(&'static str, &'static str)>,
+    /// Those jobs complete once the job list was read this many times
+    /// (None: they never finish).
+    pub jobs_finish_after_lists: Option<u32>,
+    /// BootProgress.LastState of the system (None: not reported, as on
+    /// iDRAC8 firmware).
+    pub boot_progress: Option<&'static str>,
     /// The first N requests get 503.
     pub busy_503: u32,
     /// The next N GETs get a 200 HTML page (an iDRAC that is starting).
@@ -72,6 +78,8 @@ impl Default for Config {
             virtual_first: false,
             power_on: true,
             jobs: vec![],
+            jobs_finish_after_lists: None,
+            boot_progress: None,
             busy_503: 0,
             html_pages: 0,
             slow: Duration::ZERO,
@@ -103,6 +111,7 @@ pub struct State {
     pub bmc_resets: u32,
     pub deletes: Vec<(Instant, String)>,
     pub source_gets: u32,
+    pub job_lists: u32,
     pub busy_left: u32,
     pub html_left: u32,
     pub slow_left: u32,
@@ -147,6 +156,7 @@ impl State {
             bmc_resets: 0,
             deletes: vec![],
             source_gets: 0,
+            job_lists: 0,
             unauthenticated: 0,
             bad_credentials: 0,
         }
@@ -306,14 +316,17 @@ fn b64(s: &str) -> String {
 
 async fn system(AxState(s): AxState<Shared>) -> Response {
     let st = lock(&s);
-    axum::Json(json!({
+    let mut body = json!({
         "@odata.id": SYSTEM, "Id": "System.Embedded.1",
         "PowerState": if st.power_on { "On" } else { "Off" },
         "Links": {"Oem": {"DELL": {"BootOrder": {"@odata.id": SOURCES}}}},
         "Actions": {"#ComputerSystem.Reset": {"target": format!("{SYSTEM}/Actions/ComputerSystem.Reset"),
             "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "ForceRestart", "GracefulShutdown", "PushPowerButton", "Nmi"]}},
-    }))
-    .into_response()
+    });
+    if let Some(p) = st.cfg.boot_progress {
+        body["BootProgress"] = json!({"LastState": p});
+    }
+    axum::Json(body).into_response()
 }
 
 async fn sources(AxState(s): AxState<Shared>) -> Response {
@@ -380,7 +393,20 @@ async fn settings_patch(AxState(s): AxState<Shared>, body: Bytes) -> Response {
 }
 
 async fn jobs_list(AxState(s): AxState<Shared>) -> Response {
-    let st = lock(&s);
+    let mut st = lock(&s);
+    st.job_lists += 1;
+    if st
+        .cfg
+        .jobs_finish_after_lists
+        .is_some_and(|n| st.job_lists > n)
+    {
+        let preexisting: Vec<String> = st.cfg.jobs.iter().map(|(id, _)| id.to_string()).collect();
+        for id in preexisting {
+            if let Some(j) = st.jobs.get_mut(&id) {
+                j.state = "Completed".into();
+            }
+        }
+    }
     let members: Vec<Value> = st
         .jobs
         .keys()

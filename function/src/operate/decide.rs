@@ -10,6 +10,33 @@ use super::input::Input;
 /// remedy is an iDRAC reset.
 pub const VMEDIA_FAILURE: &str = "virtual media mount failed";
 
+/// Annotation on the host recording MetalPlane's iDRAC resets, so the
+/// budget survives the Jobs' TTL: `{"count": n, "errorCount": e, "at":
+/// unix seconds}`.
+pub const RESETS_ANNOTATION: &str = "metal.kube.farm/bmc-resets";
+
+/// What the host's annotation records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResetRecord {
+    /// Resets in this failure episode (back to 0 once the host is healthy).
+    pub count: u32,
+    /// The errorCount the last reset answered.
+    pub error_count: i64,
+    /// When it was requested (unix seconds).
+    pub at: i64,
+}
+
+impl ResetRecord {
+    pub fn read(bmh: &Value) -> Option<ResetRecord> {
+        let raw = bmh
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(RESETS_ANNOTATION))
+            .and_then(Value::as_str)?;
+        serde_json::from_str(raw).ok()
+    }
+}
+
 /// States where Ironic boots the host from virtual media, which an iDRAC
 /// with an installed OS first in its UEFI order never does.
 pub const BOOT_ORDER_STATES: [&str; 3] = ["inspecting", "provisioning", "deprovisioning"];
@@ -42,6 +69,10 @@ pub struct Decision {
     pub credentials_name: Option<String>,
     pub verify_tls: bool,
     pub error_count: i64,
+    /// The reset record to write on the host, when it changes.
+    pub record: Option<ResetRecord>,
+    /// The reset budget is spent: worth a Warning, not just an output line.
+    pub exhausted: bool,
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
@@ -82,10 +113,11 @@ pub fn boot_job_name(host: &str, state: &str, consumer: Option<&str>) -> String 
     fit_name(&format!("{host}-{short}-{}", consumer.unwrap_or("none")))
 }
 
-/// Decides what to do for one watched host. `other_resets` is the number of
-/// reset Jobs for this host that are still present, other than the one this
-/// errorCount would create (None when not known yet).
-pub fn decide(bmh: &Value, input: &Input, other_resets: Option<usize>) -> Decision {
+/// Decides what to do for one watched host at `now` (unix seconds).
+/// `other_resets` is the number of reset Jobs for this host that are still
+/// present, other than the one this errorCount would create (None when not
+/// known yet); the host's own record counts too, as Jobs expire.
+pub fn decide(bmh: &Value, input: &Input, other_resets: Option<usize>, now: i64) -> Decision {
     let host = s(bmh, "/metadata/name").to_string();
     let state = s(bmh, "/status/provisioning/state").to_string();
     let error_count = bmh
@@ -106,6 +138,8 @@ pub fn decide(bmh: &Value, input: &Input, other_resets: Option<usize>) -> Decisi
             .and_then(Value::as_bool)
             != Some(true),
         error_count,
+        record: None,
+        exhausted: false,
     };
     let skip = |mut d: Decision, why: String| {
         d.reason = why;
@@ -158,23 +192,13 @@ pub fn decide(bmh: &Value, input: &Input, other_resets: Option<usize>) -> Decisi
     }
 
     let error = s(bmh, "/status/errorMessage");
+    let record = ResetRecord::read(bmh);
     if error.to_ascii_lowercase().contains(VMEDIA_FAILURE) {
-        let used = other_resets.unwrap_or(0);
-        let cap = input.max_resets as usize;
-        if error_count > cap as i64 || used >= cap {
-            return skip(
-                d,
-                format!(
-                    "virtual media mount failed again (errorCount {error_count}) but the reset cap of {cap} per host is reached; inspect the iDRAC by hand"
-                ),
-            );
-        }
-        d.action = Some(Action::ResetBmc);
-        d.job_name = Some(reset_job_name(&host, error_count));
-        d.reason = format!(
-            "status.errorMessage reports a virtual media mount failure (errorCount {error_count}): resetting the iDRAC"
-        );
-        return d;
+        return reset_decision(d, input, other_resets, record, now);
+    }
+    // A healthy host ends the failure episode: the budget is whole again.
+    if error.is_empty() && error_count == 0 && record.is_some_and(|r| r.count > 0) {
+        d.record = Some(ResetRecord::default());
     }
 
     if BOOT_ORDER_STATES.contains(&state.as_str()) {
@@ -192,4 +216,57 @@ pub fn decide(bmh: &Value, input: &Input, other_resets: Option<usize>) -> Decisi
         state.as_str()
     };
     skip(d, format!("provisioning state {shown} needs no action"))
+}
+
+/// The virtual media failure: one iDRAC reset per errorCount, at most
+/// `max_resets` per failure episode, never sooner than
+/// `reset_interval_seconds` after the last one.
+fn reset_decision(
+    mut d: Decision,
+    input: &Input,
+    other_resets: Option<usize>,
+    record: Option<ResetRecord>,
+    now: i64,
+) -> Decision {
+    let e = d.error_count;
+    let rec = record.unwrap_or_default();
+    if record.is_some() && rec.error_count == e && rec.count > 0 {
+        // A repeat of the same failure (another field of the host changed):
+        // the Job for it was applied when the record was written.
+        d.reason = format!(
+            "virtual media mount failed (errorCount {e}); the iDRAC was already reset for this errorCount"
+        );
+        return d;
+    }
+    let used = (rec.count as usize).max(other_resets.unwrap_or(0));
+    let cap = input.max_resets as usize;
+    if used >= cap {
+        d.exhausted = true;
+        d.reason = format!(
+            "virtual media mount failed again (errorCount {e}) but the reset budget of {cap} per host is spent ({used} resets); inspect the iDRAC by hand, then remove annotation {RESETS_ANNOTATION} to allow more"
+        );
+        return d;
+    }
+    let since = now - rec.at;
+    let interval = i64::from(input.reset_interval_seconds);
+    if rec.count > 0 && since < interval {
+        // BMO retries after 2^errorCount minutes; an early retry fails
+        // while the iDRAC still restarts. The next failure comes back.
+        d.reason = format!(
+            "virtual media mount failed (errorCount {e}) {since} s after the last iDRAC reset; it may still be restarting, no reset before {interval} s"
+        );
+        return d;
+    }
+    d.action = Some(Action::ResetBmc);
+    d.job_name = Some(reset_job_name(&d.host, e));
+    d.record = Some(ResetRecord {
+        count: used as u32 + 1,
+        error_count: e,
+        at: now,
+    });
+    d.reason = format!(
+        "status.errorMessage reports a virtual media mount failure (errorCount {e}): resetting the iDRAC ({} of {cap})",
+        used + 1
+    );
+    d
 }

@@ -20,6 +20,55 @@ use input::Input;
 /// Requirement name of the host's reset Jobs still present.
 pub const RESET_JOBS_REQUIREMENT: &str = "reset-jobs";
 
+/// Desired-resource name of the host's reset record.
+pub const HOST_RECORD: &str = "host-reset-record";
+
+/// The host with only the reset record: applied server-side, it changes
+/// that one annotation and nothing else of the inventory.
+pub fn record_patch(bmh: &Value, record: &decide::ResetRecord) -> Value {
+    json!({
+        "apiVersion": bmh.get("apiVersion").cloned().unwrap_or(json!("metal3.io/v1alpha1")),
+        "kind": "BareMetalHost",
+        "metadata": {
+            "name": bmh.pointer("/metadata/name").cloned().unwrap_or(Value::Null),
+            "namespace": bmh.pointer("/metadata/namespace").cloned().unwrap_or(Value::Null),
+            "annotations": {
+                decide::RESETS_ANNOTATION: serde_json::to_string(record).unwrap_or_default(),
+            },
+        },
+    })
+}
+
+/// Requirement name of the Function object this function runs as.
+pub const FUNCTION_REQUIREMENT: &str = "function";
+
+/// The Jobs' image: the input's, else the package this function was
+/// installed from (its Function object, asked for as a required resource),
+/// else the published package of this version.
+fn job_image(
+    req: &RunFunctionRequest,
+    rsp: &mut RunFunctionResponse,
+    input: &Input,
+    acting: bool,
+) -> String {
+    if !input.image.is_empty() {
+        return input.image.clone();
+    }
+    if acting {
+        response::require_resources(
+            rsp,
+            FUNCTION_REQUIREMENT,
+            "pkg.crossplane.io/v1",
+            "Function",
+            Some(ResourceMatch::Name(input.function_name.clone())),
+            None,
+        );
+    }
+    request::get_required_resources(req, FUNCTION_REQUIREMENT)
+        .and_then(|fs| fs.iter().find_map(input::installed_image))
+        .unwrap_or_else(input::published_image)
+}
+
 /// Whether a request is an operation run (it carries a watched resource).
 pub fn is_operation(req: &RunFunctionRequest) -> bool {
     req.required_resources.contains_key(WATCHED_RESOURCE_KEY)
@@ -80,7 +129,11 @@ pub fn operate(req: &RunFunctionRequest) -> RunFunctionResponse {
         return rsp;
     }
 
-    let first = decide::decide(&bmh, &input, None);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    let first = decide::decide(&bmh, &input, None, now);
     let mut decision = first.clone();
     if first.action == Some(Action::ResetBmc) {
         // Count the host's reset Jobs that are still there.
@@ -106,17 +159,36 @@ pub fn operate(req: &RunFunctionRequest) -> RunFunctionResponse {
                     j.pointer("/metadata/name").and_then(Value::as_str) != first.job_name.as_deref()
                 })
                 .count();
-            decision = decide::decide(&bmh, &input, Some(others));
+            decision = decide::decide(&bmh, &input, Some(others), now);
         }
     }
 
+    let image = job_image(req, &mut rsp, &input, decision.action.is_some());
+    let input = Input {
+        image: image.clone(),
+        ..input
+    };
     if !input.dry_run
         && let (Some(job), Some(name)) = (jobs::job(&decision, &input), decision.job_name.clone())
         && let Ok(Value::Object(map)) = serde_json::to_value(&job)
     {
         response::desired_composed(&mut rsp, name).resource = Some(json_to_struct(&map));
     }
-    let out = output(&decision, input.dry_run);
+    if !input.dry_run
+        && let Some(record) = decision.record
+        && let Value::Object(map) = record_patch(&bmh, &record)
+    {
+        response::desired_composed(&mut rsp, HOST_RECORD).resource = Some(json_to_struct(&map));
+    }
+    if decision.exhausted {
+        response::warning(&mut rsp, decision.reason.clone());
+    }
+    let mut out = output(&decision, input.dry_run);
+    if decision.action.is_some()
+        && let Value::Object(m) = &mut out
+    {
+        m.insert("image".into(), json!(image));
+    }
     // A JSON object always converts; the error arm cannot happen.
     let _ = response::set_output(&mut rsp, &out);
     tracing::info!(host = %out["host"], action = %out["action"], "operation decided");
