@@ -330,7 +330,17 @@ const PHASE_ORDER: [&str; 6] = [
     "JoiningFleet",
 ];
 
+/// Prints the phases with the time each first appeared, and checks their
+/// order.
 fn phases_in_order(phases: &[(String, f64)]) -> Outcome {
+    println!(
+        "  phases (first seen, s after apply): {}",
+        phases
+            .iter()
+            .map(|(p, t)| format!("{p} {t:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let idx: Vec<Option<usize>> = phases
         .iter()
         .map(|(p, _)| PHASE_ORDER.iter().position(|o| o == p))
@@ -353,14 +363,6 @@ fn provision(lab: &Lab) -> Outcome {
         .apply(&[example_xr()?])
         .map_err(|e| e.to_string())?;
     let phases = follow(lab, R730, 600, |s| s.phase == "Ready" && s.host_flag)?;
-    println!(
-        "  phases (first seen, s after apply): {}",
-        phases
-            .iter()
-            .map(|(p, t)| format!("{p} {t:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
     phases_in_order(&phases)?;
     let h = get(lab, "baremetalhost", HOST).ok_or("host r730 missing")?;
     check(
@@ -477,6 +479,9 @@ fn operation(lab: &Lab) -> Outcome {
     );
     Ok(())
 }
+
+/// Ironic's virtual media failure, as BMO reports it.
+const VMEDIA_ERROR: &str = "Virtual media mount failed: Unable to mount virtual media";
 
 /// Namespace of the hosts that prove the WatchOperation is not bound to
 /// the example's namespace.
@@ -598,13 +603,7 @@ fn operation_any_namespace(lab: &Lab) -> Outcome {
         })
     };
     expect(lab, "boot-order Jobs for b1 and b2", &want[..2])?;
-    set_host_status(
-        lab,
-        "b1",
-        "provisioning",
-        "Virtual media mount failed: Unable to mount virtual media",
-        1,
-    )?;
+    set_host_status(lab, "b1", "provisioning", VMEDIA_ERROR, 1)?;
     expect(lab, "the iDRAC reset Job for b1", &want)?;
     // The reset is recorded on the host: its Job expiring (TTL) refills
     // nothing, and BMO's next retry right after is paced, not reset again.
@@ -625,13 +624,7 @@ fn operation_any_namespace(lab: &Lab) -> Outcome {
     lab.kube
         .run(&["delete", "job", "b1-bmcreset-1", "-n", RACK_B])
         .map_err(|e| e.to_string())?;
-    set_host_status(
-        lab,
-        "b1",
-        "provisioning",
-        "Virtual media mount failed: Unable to mount virtual media",
-        2,
-    )?;
+    set_host_status(lab, "b1", "provisioning", VMEDIA_ERROR, 2)?;
     let paced = |o: &Value| {
         o.pointer("/status/pipeline/0/output/reason")
             .and_then(Value::as_str)
@@ -950,14 +943,6 @@ fn fleet_and_secrets(lab: &Lab) -> Outcome {
     })?;
     lab.kube.apply(&[fleet_xr()?]).map_err(|e| e.to_string())?;
     let phases = follow(lab, R740, 600, |s| s.phase == "JoiningFleet" && s.host_flag)?;
-    println!(
-        "  phases (first seen, s after apply): {}",
-        phases
-            .iter()
-            .map(|(p, t)| format!("{p} {t:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
     phases_in_order(&phases)?;
     let source = format!("{}-kubeconfig", R740.cluster());
     let copy = format!("{NS}-{}-kubeconfig", R740.xr);

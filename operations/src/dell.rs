@@ -275,6 +275,26 @@ pub async fn wait_for_jobs(
     Ok(Ok(first.len()))
 }
 
+/// `wait_for_jobs`, adding what it waited for to `waited_for`; the
+/// deferred outcome when the jobs of others outlast the wait.
+async fn wait_or_defer(
+    c: &Client,
+    ids: &Ids,
+    o: &FixOptions,
+    waited_for: &mut usize,
+) -> Result<Option<Outcome>, BmcError> {
+    Ok(match wait_for_jobs(c, ids, o).await? {
+        Ok(n) => {
+            *waited_for += n;
+            None
+        }
+        Err(blocking) => Some(Outcome::Deferred {
+            device: o.device.clone(),
+            blocking,
+        }),
+    })
+}
+
 /// What to do with the host's power once the configuration job exists (it
 /// runs at the next boot).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -371,15 +391,10 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
 
     // 3. Reorder once no job blocks it (SYS011 otherwise); jobs of others
     // are waited for, never deleted.
-    let mut waited_for = match wait_for_jobs(c, ids, o).await? {
-        Ok(n) => n,
-        Err(blocking) => {
-            return Ok(Outcome::Deferred {
-                device: o.device.clone(),
-                blocking,
-            });
-        }
-    };
+    let mut waited_for = 0;
+    if let Some(deferred) = wait_or_defer(c, ids, o, &mut waited_for).await? {
+        return Ok(deferred);
+    }
     let body = json!({"Attributes": {attr: reorder(&entries, &o.device).iter().map(BootEntry::to_json).collect::<Vec<_>>()}});
     for round in 0..3 {
         let r = c
@@ -395,14 +410,8 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
         }
         if round < 2 && PENDING_CODES.iter().any(|code| r.has_message(code)) {
             tracing::info!(code = %r.message(), "a job created meanwhile blocks the change; waiting for it");
-            match wait_for_jobs(c, ids, o).await? {
-                Ok(n) => waited_for += n,
-                Err(blocking) => {
-                    return Ok(Outcome::Deferred {
-                        device: o.device.clone(),
-                        blocking,
-                    });
-                }
+            if let Some(deferred) = wait_or_defer(c, ids, o, &mut waited_for).await? {
+                return Ok(deferred);
             }
             continue;
         }
@@ -444,16 +453,10 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
         }
         if PENDING_CODES.iter().any(|code| r.has_message(code)) && pending_round < 2 {
             pending_round += 1;
-            match wait_for_jobs(c, ids, o).await? {
-                Ok(n) => waited_for += n,
-                Err(blocking) => {
-                    // The settings stay staged; whoever reboots next
-                    // applies nothing of ours without a job.
-                    return Ok(Outcome::Deferred {
-                        device: o.device.clone(),
-                        blocking,
-                    });
-                }
+            // Deferred here, the settings stay staged without a job:
+            // nothing of ours applies at anyone's reboot.
+            if let Some(deferred) = wait_or_defer(c, ids, o, &mut waited_for).await? {
+                return Ok(deferred);
             }
             continue;
         }

@@ -145,8 +145,23 @@ pub fn ensure(dir: &Path) -> Result<Pki, LabError> {
     Ok(pki)
 }
 
-/// The admin kubeconfig with the certificates inline, for clients that
-/// ignore file references (provider-kubernetes's Filesystem credentials).
+/// A kubeconfig for the admin client certificate, the files referenced by
+/// path.
+pub fn kubeconfig(pki: &Pki, server: &str) -> String {
+    let path = |p: PathBuf| p.display().to_string();
+    admin_kubeconfig(
+        server,
+        "",
+        [
+            path(pki.ca()),
+            path(pki.admin_cert()),
+            path(pki.admin_key()),
+        ],
+    )
+}
+
+/// The same with the certificates inline, for clients that ignore file
+/// references (provider-kubernetes's Filesystem credentials).
 pub fn kubeconfig_inline(pki: &Pki, server: &str) -> Result<String, LabError> {
     use base64::Engine;
     let read = |p: PathBuf| {
@@ -154,32 +169,19 @@ pub fn kubeconfig_inline(pki: &Pki, server: &str) -> Result<String, LabError> {
             .map(|b| base64::engine::general_purpose::STANDARD.encode(b))
             .map_err(|e| LabError::new(format!("{}: {e}", p.display())))
     };
-    Ok(format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: lab
-  cluster:
-    server: {server}
-    certificate-authority-data: {ca}
-users:
-- name: admin
-  user:
-    client-certificate-data: {crt}
-    client-key-data: {key}
-contexts:
-- name: lab
-  context: {{cluster: lab, user: admin}}
-current-context: lab
-",
-        ca = read(pki.ca())?,
-        crt = read(pki.admin_cert())?,
-        key = read(pki.admin_key())?,
+    Ok(admin_kubeconfig(
+        server,
+        "-data",
+        [
+            read(pki.ca())?,
+            read(pki.admin_cert())?,
+            read(pki.admin_key())?,
+        ],
     ))
 }
 
-/// A kubeconfig for the admin client certificate.
-pub fn kubeconfig(pki: &Pki, server: &str) -> String {
+/// `suffix` "" names files, "-data" carries base64 contents.
+fn admin_kubeconfig(server: &str, suffix: &str, [ca, crt, key]: [String; 3]) -> String {
     format!(
         "apiVersion: v1
 kind: Config
@@ -187,19 +189,16 @@ clusters:
 - name: lab
   cluster:
     server: {server}
-    certificate-authority: {ca}
+    certificate-authority{suffix}: {ca}
 users:
 - name: admin
   user:
-    client-certificate: {crt}
-    client-key: {key}
+    client-certificate{suffix}: {crt}
+    client-key{suffix}: {key}
 contexts:
 - name: lab
   context: {{cluster: lab, user: admin}}
 current-context: lab
-",
-        ca = pki.ca().display(),
-        crt = pki.admin_cert().display(),
-        key = pki.admin_key().display(),
+"
     )
 }
