@@ -104,7 +104,32 @@ fn docs(out: &Output, what: &str) -> Vec<Value> {
 
 /// The reset record on a host carries the time of the run: the two
 /// renders ran seconds apart, so its `at` is left out of the comparison.
+/// The CLI lists applied resources in no fixed order (a Go map): both
+/// sides are sorted.
 fn without_reset_time(mut docs: Vec<Value>) -> Vec<Value> {
+    let key = |o: &Value| {
+        let s = |p: &str| {
+            o.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        (
+            s("/apiVersion"),
+            s("/kind"),
+            s("/metadata/name"),
+            s("/name"),
+        )
+    };
+    if docs.len() > 1 {
+        docs[1..].sort_by_key(key);
+    }
+    if let Some(Value::Array(refs)) = docs
+        .first_mut()
+        .and_then(|d| d.pointer_mut("/status/appliedResourceRefs"))
+    {
+        refs.sort_by_key(key);
+    }
     for d in &mut docs {
         if let Some(Value::String(raw)) =
             d.pointer_mut("/metadata/annotations/metal.kube.farm~1bmc-resets")
