@@ -256,7 +256,7 @@ fn devices_are_derived_from_the_gpu() {
     let m = &ic["spec"]["forProvider"]["manifest"];
     assert_eq!(
         m["spec"]["cluster"],
-        json!({"source": "Existing", "existing": {"secretRef": {"name": "metal-r730-kubeconfig", "key": "value"}, "cache": {"storageClassName": "local-path"}}})
+        json!({"source": "Existing", "existing": {"secretRef": {"name": "metal-r730-kubeconfig", "key": "value"}, "cache": {"storageClassName": "nfs-client"}}})
     );
     assert_eq!(
         m["spec"]["nodePools"],

@@ -71,11 +71,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let scenarios: [Scenario; 9] = [
+    let scenarios: [Scenario; 11] = [
         ("install", install),
         ("provision", provision),
         ("operation", operation),
         ("operation-any-namespace", operation_any_namespace),
+        ("edits", edits),
+        ("host-error", host_error),
         ("fleet-and-secrets", fleet_and_secrets),
         ("fleet-teardown", |l| teardown(l, R740, true)),
         ("teardown-background", |l| teardown(l, R730, false)),
@@ -1128,4 +1130,285 @@ fn composed_uids(lab: &Lab) -> BTreeMap<String, String> {
             Some((format!("{kind}/{name}"), uid(&obj)))
         })
         .collect()
+}
+
+fn patch_xr(lab: &Lab, xr: &str, patch: &Value) -> Result<String, String> {
+    lab.kube
+        .run(&[
+            "patch",
+            "metalcluster",
+            xr,
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ])
+        .map_err(|e| e.to_string())
+}
+
+/// Warning events the function raised on the XR with this reason, counting
+/// repeats (Kubernetes folds a repeated event into one with a count).
+fn warning_count(lab: &Lab, xr: &str, reason: &str) -> u64 {
+    lab.kube
+        .list("events", Some(NS))
+        .iter()
+        .filter(|e| {
+            str_at(e, "/involvedObject/kind") == "MetalCluster"
+                && str_at(e, "/involvedObject/name") == xr
+                && str_at(e, "/type") == "Warning"
+                && str_at(e, "/reason") == reason
+        })
+        .map(|e| {
+            e.pointer("/count")
+                .and_then(Value::as_u64)
+                .unwrap_or(1)
+                .max(
+                    e.pointer("/series/count")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0),
+                )
+        })
+        .sum()
+}
+
+fn xr_condition(x: &Value, typ: &str) -> (String, String, String) {
+    x.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| str_at(c, "/type") == typ))
+        .map(|c| {
+            (
+                str_at(c, "/status").to_string(),
+                str_at(c, "/reason").to_string(),
+                str_at(c, "/message").to_string(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Edits of each class on the provisioned r730, with their documented
+/// outcome: every refused field is refused by the API server with a message
+/// naming it (and the XR keeps its spec); an in-place edit (Cilium's
+/// version) is applied and the XR is Ready again only once helm's wait
+/// found the upgraded DaemonSet ready; the control plane's rollout state is
+/// in the status.
+fn edits(lab: &Lab) -> Outcome {
+    let x = get(lab, "metalcluster", XR).ok_or("r730 missing")?;
+    check(str_at(&x, "/status/phase") == "Ready", || {
+        format!("r730 is not Ready: {:?}", x.pointer("/status/phase"))
+    })?;
+    let cp = x
+        .pointer("/status/controlPlane")
+        .cloned()
+        .unwrap_or(Value::Null);
+    check(
+        cp == json!({"desiredReplicas": 1, "replicas": 1, "upToDateReplicas": 1, "readyReplicas": 1, "rollingOut": false}),
+        || format!("status.controlPlane of a settled r730: {cp}"),
+    )?;
+    let generation = x.pointer("/metadata/generation").cloned();
+    // One valid new value per refused field (valid for the schema, so the
+    // refusal is the edit rule's).
+    let refused: [(&str, Value); 17] = [
+        ("host.pool", json!({"host": {"pool": "r740"}})),
+        (
+            "host.bootInterface",
+            json!({"host": {"bootInterface": "eno2"}}),
+        ),
+        (
+            "network.nodeIP",
+            json!({"network": {"nodeIP": "192.168.120.75"}}),
+        ),
+        ("network.prefix", json!({"network": {"prefix": 23}})),
+        (
+            "network.gateway",
+            json!({"network": {"gateway": "192.168.120.2"}}),
+        ),
+        (
+            "network.dnsServer",
+            json!({"network": {"dnsServer": "192.168.120.2"}}),
+        ),
+        (
+            "network.podCIDR",
+            json!({"network": {"podCIDR": "10.245.0.0/16"}}),
+        ),
+        (
+            "network.serviceCIDR",
+            json!({"network": {"serviceCIDR": "10.112.0.0/12"}}),
+        ),
+        (
+            "network.loadBalancer",
+            json!({"network": {"loadBalancer": "192.168.120.200-192.168.120.210"}}),
+        ),
+        (
+            "kubernetes.version",
+            json!({"kubernetes": {"version": "v1.35.0"}}),
+        ),
+        (
+            "kubernetes.nodeLabels",
+            json!({"kubernetes": {"nodeLabels": {"tier": "gold"}}}),
+        ),
+        (
+            "kubernetes.imageURL",
+            json!({"kubernetes": {"imageURL": "http://192.168.120.10/images/other.qcow2"}}),
+        ),
+        (
+            "kubernetes.imageChecksumType",
+            json!({"kubernetes": {"imageChecksumType": "sha512"}}),
+        ),
+        (
+            "kubernetes.imageDiskFormat",
+            json!({"kubernetes": {"imageDiskFormat": "raw"}}),
+        ),
+        (
+            "gpu.driverInstallerURL",
+            json!({"gpu": {"driverInstallerURL": "http://192.168.120.10/nvidia/other.run"}}),
+        ),
+        ("gpu", json!({"gpu": null})),
+        ("access", json!({"access": {"username": "ops"}})),
+    ];
+    for (path, spec) in &refused {
+        let out = patch_xr(lab, XR, &json!({"spec": spec}));
+        let Err(e) = out else {
+            return Err(format!("editing spec.{path} was accepted: {out:?}"));
+        };
+        let says = format!("spec.{path} cannot");
+        check(
+            e.contains(&says) && e.contains("create a new MetalCluster"),
+            || {
+                format!(
+                    "editing spec.{path}: the refusal does not say {says:?} and what to do: {e}"
+                )
+            },
+        )?;
+    }
+    let x = get(lab, "metalcluster", XR).ok_or("r730 missing")?;
+    check(
+        x.pointer("/metadata/generation").cloned() == generation,
+        || "a refused edit changed the spec".into(),
+    )?;
+    println!(
+        "  {} refused edits, each refused by the API server naming its field",
+        refused.len()
+    );
+
+    // In place: Cilium's version. helm upgrades the release; the XR is
+    // Ready again only once the Release is.
+    let release = format!("{XR}-cluster-cilium");
+    let revision = |lab: &Lab| {
+        get(lab, "releases.helm.m.crossplane.io", &release)
+            .and_then(|r| {
+                r.pointer("/status/atProvider/revision")
+                    .and_then(Value::as_i64)
+            })
+            .unwrap_or(0)
+    };
+    let before = revision(lab);
+    patch_xr(
+        lab,
+        XR,
+        &json!({"spec": {"cni": {"ciliumVersion": "1.18.5"}}}),
+    )?;
+    let t = Instant::now();
+    wait(
+        "the Release upgraded to 1.18.5 and Ready, the XR Ready",
+        300,
+        || {
+            let r = get(lab, "releases.helm.m.crossplane.io", &release);
+            let x = get(lab, "metalcluster", XR);
+            r.as_ref().is_some_and(|r| {
+                !str_at(r, "/status/atProvider/releaseDescription").is_empty()
+                    && str_at(r, "/spec/forProvider/chart/version") == "1.18.5"
+            }) && revision(lab) > before
+                && is_true(&r, "Ready")
+                && is_true(&x, "Ready")
+                && x.as_ref()
+                    .is_some_and(|x| str_at(x, "/status/phase") == "Ready")
+        },
+    )?;
+    let r = get(lab, "releases.helm.m.crossplane.io", &release).ok_or("release missing")?;
+    check(
+        r.pointer("/spec/forProvider/wait") == Some(&json!(true)),
+        || "the Release does not wait for its resources".into(),
+    )?;
+    println!(
+        "  cni.ciliumVersion 1.18.4 -> 1.18.5 applied in place: release revision {before} -> {}, Ready again in {:.1} s",
+        revision(lab),
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A claimed host that fails: BMO (test mode) cannot find the host's BMC
+/// secret, reports a registration error and retries. The XR says so in its
+/// phase and HostHealthy condition with BMO's words and count, one Warning
+/// event however many reconciles pass, and recovers when the host does.
+fn host_error(lab: &Lab) -> Outcome {
+    let host = get(lab, "baremetalhost", HOST).ok_or("host r730 missing")?;
+    let secret = str_at(&host, "/spec/bmc/credentialsName").to_string();
+    let warnings_before = warning_count(lab, XR, "HostError");
+    let set_secret = |name: &str| {
+        lab.kube
+            .run(&[
+                "patch",
+                "baremetalhost",
+                HOST,
+                "-n",
+                NS,
+                "--type=merge",
+                "-p",
+                &json!({"spec": {"bmc": {"credentialsName": name}}}).to_string(),
+            ])
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    set_secret("r730-bmc-missing")?;
+    let t = Instant::now();
+    let mut shown = 0.0;
+    wait("the XR in phase HostError with BMO's error", 120, || {
+        let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
+        let (status, reason, msg) = xr_condition(&x, "HostHealthy");
+        let ok = str_at(&x, "/status/phase") == "HostError"
+            && status == "False"
+            && reason == "HostError"
+            && msg.contains("registration error")
+            && msg.contains("r730-bmc-missing")
+            && msg.contains("error count")
+            && str_at(&x, "/status/host/errorType") == "registration error";
+        if ok {
+            shown = t.elapsed().as_secs_f64();
+        }
+        ok
+    })?;
+    let x = get(lab, "metalcluster", XR).ok_or("r730 missing")?;
+    println!(
+        "  host error shown in {shown:.1} s: {}",
+        xr_condition(&x, "HostHealthy").2
+    );
+    // BMO retries and counts; the XR follows the count, events do not.
+    let count = |lab: &Lab| {
+        get(lab, "baremetalhost", HOST)
+            .and_then(|h| h.pointer("/status/errorCount").and_then(Value::as_u64))
+            .unwrap_or(0)
+    };
+    let first = count(lab);
+    wait("BMO retried the registration", 120, || count(lab) > first)?;
+    std::thread::sleep(Duration::from_secs(5));
+    let warnings = warning_count(lab, XR, "HostError") - warnings_before;
+    check(warnings == 1, || {
+        format!("{warnings} HostError Warning events for one failure")
+    })?;
+    set_secret(&secret)?;
+    let t = Instant::now();
+    wait("the XR Ready again, HostHealthy True", 180, || {
+        let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
+        str_at(&x, "/status/phase") == "Ready"
+            && xr_condition(&x, "HostHealthy").0 == "True"
+            && x.pointer("/status/host/errorType").is_none()
+    })?;
+    println!(
+        "  host recovered; XR Ready again in {:.1} s; BMO retried {} times; 1 Warning event",
+        t.elapsed().as_secs_f64(),
+        count(lab).max(first)
+    );
+    Ok(())
 }

@@ -50,6 +50,39 @@ fn names(rsp: &RunFunctionResponse) -> Vec<String> {
     desired(rsp).keys().cloned().collect()
 }
 
+/// A KubeadmControlPlane as KCP v1beta2 reports it: `up_to_date` of
+/// `replicas` machines on the latest spec, `ready` of them ready.
+fn kcp_status(obs: &mut BTreeMap<&'static str, Value>, replicas: i64, up_to_date: i64, ready: i64) {
+    let mut k = obs["kubeadmcontrolplane"].clone();
+    k["metadata"]["generation"] = json!(2);
+    k["status"] = json!({
+        "observedGeneration": 2,
+        "replicas": replicas,
+        "upToDateReplicas": up_to_date,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+    });
+    obs.insert("kubeadmcontrolplane", k);
+}
+
+fn condition<'a>(
+    rsp: &'a RunFunctionResponse,
+    typ: &str,
+) -> Option<&'a function_sdk_rust::proto::v1::Condition> {
+    rsp.conditions.iter().find(|c| c.r#type == typ)
+}
+
+/// The XR as Crossplane stores it after applying `rsp`'s conditions.
+fn with_conditions_of(xr: &Value, rsp: &RunFunctionResponse) -> Value {
+    let mut seen = xr.clone();
+    seen["status"]["conditions"] = rsp
+        .conditions
+        .iter()
+        .map(|c| json!({"type": c.r#type, "status": "False", "reason": c.reason}))
+        .collect();
+    seen
+}
+
 fn cluster_available(obs: &mut BTreeMap<&'static str, Value>, status: &str) {
     let c = obs.get("cluster").cloned().expect("cluster observed");
     obs.insert("cluster", with_condition(c, "Available", status));
@@ -102,7 +135,13 @@ fn stages_from_nothing_to_ready() {
     let ready = ready_of(&rsp);
     assert!(!ready["cluster"], "Cluster waits for Available");
     assert!(
-        BASE.iter().filter(|n| **n != "cluster").all(|n| ready[*n]),
+        !ready["kubeadmcontrolplane"],
+        "a control plane without ready machines is not ready"
+    );
+    assert!(
+        BASE.iter()
+            .filter(|n| !["cluster", "kubeadmcontrolplane"].contains(*n))
+            .all(|n| ready[*n]),
         "{ready:?}"
     );
     assert_eq!(desired_status(&rsp)["phase"], "WaitingForHost");
@@ -124,7 +163,7 @@ fn stages_from_nothing_to_ready() {
     assert_eq!(st["phase"], "Provisioning");
     assert_eq!(
         st["host"],
-        json!({"name": "r730", "provisioningState": "provisioning", "poweredOn": true})
+        json!({"name": "r730", "provisioningState": "provisioning", "poweredOn": true, "operationalStatus": "OK"})
     );
     assert!(
         rsp.conditions
@@ -173,7 +212,9 @@ fn stages_from_nothing_to_ready() {
     assert!(ready["helm-providerconfig"] && ready["cilium-needs-cluster"]);
     assert_eq!(desired_status(&rsp)["phase"], "InstallingCNI");
 
-    // 7. Cilium Ready: everything ready.
+    // 7. Cilium Ready, the control plane's machine up to date and ready:
+    // everything ready.
+    kcp_status(&mut obs, 1, 1, 1);
     let c = obs["cilium"].clone();
     obs.insert("cilium", with_condition(c, "Ready", "True"));
     let rsp = compose(&request(&xr, &obs, Some(&hosts)));
@@ -229,38 +270,264 @@ fn no_available_host_is_said_once() {
 }
 
 #[test]
-fn unclaimable_hosts_do_not_count() {
+fn unclaimable_hosts_do_not_count_and_say_why() {
     let xr = example_xr();
     let mut errored = host("a", "available", None, false);
     errored["status"]["errorMessage"] = json!("power management error");
+    errored["status"]["errorType"] = json!("power management error");
+    errored["status"]["operationalStatus"] = json!("error");
     let mut paused = host("b", "available", None, false);
     paused["metadata"]["annotations"] = json!({"baremetalhost.metal3.io/paused": ""});
-    let inspecting = host("c", "inspecting", None, false);
-    let rsp = compose(&request(
-        &xr,
-        &BTreeMap::new(),
-        Some(&[errored, paused, inspecting]),
-    ));
+    let rsp = compose(&request(&xr, &BTreeMap::new(), Some(&[errored, paused])));
     assert_eq!(
         warnings(&rsp),
         vec!["no available host in pool r730".to_string()]
     );
+    let msg = condition(&rsp, "HostClaimed")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("a: power management error: power management error")
+            && msg.contains("b: paused"),
+        "{msg}"
+    );
 }
 
 #[test]
-fn claimed_host_found_by_consumer_without_label() {
+fn hosts_on_their_way_are_named_without_a_warning() {
     let xr = example_xr();
-    let mut h = host(
-        "r730",
-        "provisioning",
-        Some("r730-cluster-controlplane-abcde"),
-        true,
+    for state in [
+        "",
+        "registering",
+        "inspecting",
+        "preparing",
+        "match profile",
+        "deprovisioning",
+    ] {
+        let rsp = compose(&request(
+            &xr,
+            &BTreeMap::new(),
+            Some(&[host("r730", state, None, false)]),
+        ));
+        assert!(warnings(&rsp).is_empty(), "{state:?}: {:?}", warnings(&rsp));
+        let c = condition(&rsp, "HostClaimed").expect("HostClaimed");
+        assert_eq!(c.reason, "HostOnTheWay", "{state:?}");
+        let shown = if state.is_empty() { "new" } else { state };
+        assert!(
+            c.message
+                .as_deref()
+                .unwrap_or_default()
+                .ends_with(&format!("on its way: r730 ({shown})")),
+            "{:?}",
+            c.message
+        );
+        assert_eq!(desired_status(&rsp)["phase"], "WaitingForHost");
+    }
+}
+
+/// Each of CAPM3 v1.13's `chooseHost` rules, one host at a time: claimable
+/// hosts give "Waiting" (CAPM3 will claim one), the others do not.
+#[test]
+fn host_choice_follows_capm3() {
+    let xr = example_xr();
+    let claimable = |h: Value| {
+        let rsp = compose(&request(&xr, &BTreeMap::new(), Some(&[h])));
+        condition(&rsp, "HostClaimed").map(|c| c.reason.clone()) == Some("Waiting".into())
+    };
+    let annotated = |key: &str| {
+        let mut h = host("h", "available", None, false);
+        h["metadata"]["annotations"] = json!({key: ""});
+        h
+    };
+    assert!(claimable(host("h", "available", None, false)));
+    assert!(
+        claimable(host("h", "ready", None, false)),
+        "ready is claimable in v1.13"
     );
-    h["metadata"]["labels"]
+    for state in [
+        "provisioning",
+        "provisioned",
+        "externally provisioned",
+        "powering off before delete",
+        "deleting",
+        "unmanaged",
+    ] {
+        assert!(!claimable(host("h", state, None, false)), "{state}");
+    }
+    let mut deleting = host("h", "available", None, false);
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-12-01T10:00:00Z");
+    assert!(!claimable(deleting), "hosts being deleted are skipped");
+    let mut errored = host("h", "available", None, false);
+    errored["status"]["errorMessage"] = json!("boom");
+    assert!(!claimable(errored));
+    assert!(!claimable(annotated("baremetalhost.metal3.io/paused")));
+    assert!(!claimable(annotated("capm3.metal3.io/unhealthy")));
+    assert!(
+        !claimable(annotated("capi.metal3.io/unhealthy")),
+        "the deprecated annotation still counts"
+    );
+    assert!(
+        claimable(annotated("baremetalhost.metal3.io/detached")),
+        "CAPM3 does not check detached"
+    );
+    let mut consumed = host("h", "available", None, false);
+    consumed["spec"]["consumerRef"] =
+        json!({"kind": "Metal3Machine", "name": "x", "namespace": "metal"});
+    assert!(!claimable(consumed));
+    let reuse = |owner: &str| {
+        let mut h = host("h", "available", None, false);
+        h["metadata"]["labels"]["infrastructure.cluster.x-k8s.io/node-reuse"] = json!(owner);
+        h
+    };
+    assert!(!claimable(reuse("other-kcp")), "kept for another owner");
+    assert!(
+        claimable(reuse("r730-cluster")),
+        "kept for this control plane"
+    );
+}
+
+#[test]
+fn a_host_is_ours_by_cluster_label_and_metal3machine_consumer() {
+    let xr = example_xr();
+    let mut unlabelled = host("r730", "provisioning", Some("r730-cluster-abcde"), true);
+    unlabelled["metadata"]["labels"]
         .as_object_mut()
         .map(|l| l.remove("cluster.x-k8s.io/cluster-name"));
-    let rsp = compose(&request(&xr, &BTreeMap::new(), Some(&[h])));
+    let rsp = compose(&request(&xr, &BTreeMap::new(), Some(&[unlabelled])));
+    assert!(
+        desired_status(&rsp).get("host").is_none(),
+        "CAPM3 labels what it claims"
+    );
+    // KCP names machines <kcp>-<random>: any Metal3Machine name counts.
+    let ours = host("r730", "provisioning", Some("r730-cluster-x7k2p"), true);
+    let rsp = compose(&request(&xr, &BTreeMap::new(), Some(&[ours])));
     assert_eq!(desired_status(&rsp)["host"]["name"], "r730");
+    // Released: label gone with the consumer.
+    let mut released = host("r730", "available", None, false);
+    released["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("r730-cluster");
+    let rsp = compose(&request(&xr, &BTreeMap::new(), Some(&[released])));
+    assert!(desired_status(&rsp).get("host").is_none());
+}
+
+#[test]
+fn a_failing_host_is_a_phase_and_a_condition_until_it_recovers() {
+    let xr = example_xr();
+    let mut failing = host("r730", "provisioning", Some("r730-cluster-x7k2p"), true);
+    failing["status"]["errorType"] = json!("registration error");
+    failing["status"]["errorMessage"] = json!("The BMC secret metal/r730-bmc does not exist");
+    failing["status"]["operationalStatus"] = json!("error");
+    failing["status"]["errorCount"] = json!(3);
+    let rsp = compose(&request(
+        &xr,
+        &BTreeMap::new(),
+        Some(std::slice::from_ref(&failing)),
+    ));
+    let st = desired_status(&rsp);
+    assert_eq!(st["phase"], "HostError");
+    assert_eq!(st["host"]["errorType"], "registration error");
+    assert_eq!(st["host"]["errorCount"], 3);
+    let c = condition(&rsp, "HostHealthy").expect("HostHealthy");
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (
+            function_sdk_rust::proto::v1::Status::ConditionFalse as i32,
+            "HostError"
+        )
+    );
+    let msg = c.message.clone().unwrap_or_default();
+    assert!(
+        msg.contains("registration error: The BMC secret metal/r730-bmc does not exist")
+            && msg.contains("retries, error count 3"),
+        "{msg}"
+    );
+    assert_eq!(warnings(&rsp).len(), 1, "said once, on the transition");
+    // Next reconcile, still failing, count rising: no second event.
+    let seen = with_conditions_of(&xr, &rsp);
+    failing["status"]["errorCount"] = json!(4);
+    let rsp = compose(&request(
+        &seen,
+        &BTreeMap::new(),
+        Some(std::slice::from_ref(&failing)),
+    ));
+    assert!(warnings(&rsp).is_empty());
+    assert!(
+        condition(&rsp, "HostHealthy")
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+            .contains("error count 4")
+    );
+    // Recovered: BMO cleared the error.
+    let healthy = host("r730", "provisioning", Some("r730-cluster-x7k2p"), true);
+    let rsp = compose(&request(&seen, &BTreeMap::new(), Some(&[healthy])));
+    assert_eq!(desired_status(&rsp)["phase"], "Provisioning");
+    assert!(desired_status(&rsp)["host"].get("errorType").is_none());
+    assert_eq!(
+        condition(&rsp, "HostHealthy").map(|c| c.reason.as_str()),
+        Some("NoError")
+    );
+}
+
+#[test]
+fn a_rollout_is_shown_and_is_not_ready() {
+    let xr = example_xr();
+    let hosts = [host(
+        "r730",
+        "provisioned",
+        Some("r730-cluster-x7k2p"),
+        true,
+    )];
+    let first = compose(&request(&xr, &BTreeMap::new(), Some(&hosts)));
+    let mut obs = observe(&first);
+    cluster_available(&mut obs, "True");
+    let with_cni = compose(&request(&xr, &obs, Some(&hosts)));
+    for (k, v) in observe(&with_cni) {
+        obs.entry(k).or_insert(v);
+    }
+    let c = obs["cilium"].clone();
+    obs.insert("cilium", with_condition(c, "Ready", "True"));
+    kcp_status(&mut obs, 1, 1, 1);
+    let rsp = compose(&request(&xr, &obs, Some(&hosts)));
+    assert_eq!(desired_status(&rsp)["phase"], "Ready");
+    assert_eq!(
+        desired_status(&rsp)["controlPlane"],
+        json!({"desiredReplicas": 1, "replicas": 1, "upToDateReplicas": 1, "readyReplicas": 1, "rollingOut": false})
+    );
+    // A new machine is added and the old one is not up to date any more.
+    kcp_status(&mut obs, 2, 1, 1);
+    let rsp = compose(&request(&xr, &obs, Some(&hosts)));
+    assert_eq!(desired_status(&rsp)["phase"], "RollingOut");
+    assert_eq!(desired_status(&rsp)["controlPlane"]["rollingOut"], true);
+    assert!(
+        !ready_of(&rsp)["kubeadmcontrolplane"],
+        "no Ready=True under a rollout"
+    );
+    // A spec KCP has not seen yet counts as rolling out too.
+    kcp_status(&mut obs, 1, 1, 1);
+    if let Some(k) = obs.get_mut("kubeadmcontrolplane") {
+        k["metadata"]["generation"] = json!(3);
+    }
+    assert_eq!(
+        desired_status(&compose(&request(&xr, &obs, Some(&hosts))))["phase"],
+        "RollingOut"
+    );
+}
+
+#[test]
+fn the_unverified_driver_warning_is_said_once() {
+    let mut xr = example_xr();
+    xr["spec"]["gpu"]
+        .as_object_mut()
+        .map(|g| g.remove("driverInstallerChecksum"));
+    let rsp = compose(&request(&xr, &BTreeMap::new(), None));
+    assert_eq!(warnings(&rsp).len(), 1, "{:?}", warnings(&rsp));
+    assert_eq!(
+        condition(&rsp, "DriverInstallerVerified").map(|c| c.reason.as_str()),
+        Some("UnverifiedDriverInstaller")
+    );
+    let seen = with_conditions_of(&xr, &rsp);
+    for _ in 0..3 {
+        assert!(warnings(&compose(&request(&seen, &BTreeMap::new(), None))).is_empty());
+    }
 }
 
 #[test]

@@ -243,3 +243,205 @@ fn cel_usage_needs_by_or_reason_and_a_reference() {
             .any(|p| p.contains("resource reference"))
     );
 }
+
+fn xrd() -> Value {
+    load_yaml(&repo_root().join("apis/metalclusters/definition.yaml"))
+        .into_iter()
+        .next()
+        .expect("XRD")
+}
+
+fn spec_schema(xrd: &Value) -> Value {
+    xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
+}
+
+/// Dotted paths of every leaf below `schema` (objects with properties are
+/// walked into; maps, lists and opaque objects are leaves).
+fn leaves(schema: &Value, prefix: &str, out: &mut Vec<String>) {
+    match schema.get("properties").and_then(Value::as_object) {
+        Some(props) => {
+            for (k, v) in props {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaves(v, &p, out);
+            }
+        }
+        None => out.push(prefix.to_string()),
+    }
+}
+
+#[test]
+fn xrd_edit_rules_are_generated_from_the_field_table() {
+    let path = repo_root().join("apis/metalclusters/definition.yaml");
+    let text = std::fs::read_to_string(&path).expect("XRD");
+    let fresh = metalplane::fields::regenerate(&text).expect("markers");
+    assert!(
+        fresh == text,
+        "the XRD's edit rules drifted from function/src/fields.rs: run cargo xtask generate"
+    );
+    let rules = spec_schema(&xrd())["x-kubernetes-validations"].clone();
+    let rendered: Vec<Value> = metalplane::fields::rules()
+        .into_iter()
+        .map(|r| json!({"rule": r.rule, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueForbidden"}))
+        .collect();
+    assert_eq!(rules, Value::Array(rendered));
+}
+
+#[test]
+fn every_spec_field_has_one_class() {
+    let mut all = Vec::new();
+    leaves(&spec_schema(&xrd()), "", &mut all);
+    let table: Vec<&str> = metalplane::fields::FIELDS.iter().map(|f| f.path).collect();
+    for leaf in &all {
+        assert!(
+            table
+                .iter()
+                .any(|t| leaf == t || leaf.starts_with(&format!("{t}."))),
+            "spec.{leaf} is in no class of function/src/fields.rs"
+        );
+    }
+    for t in &table {
+        assert!(
+            all.iter()
+                .any(|l| l == t || l.starts_with(&format!("{t}."))),
+            "spec.{t} is classified but not in the XRD"
+        );
+    }
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
+    for f in metalplane::fields::FIELDS {
+        let row = format!("| `spec.{}` | {} |", f.path, f.class.as_str());
+        assert!(readme.contains(&row), "README lacks the row {row:?}");
+    }
+}
+
+fn edited(v: &Value) -> Value {
+    match v {
+        Value::String(s) => json!(format!("{s}-edited")),
+        Value::Number(n) => json!(n.as_i64().unwrap_or(0) + 1),
+        Value::Bool(b) => json!(!b),
+        Value::Array(a) => {
+            let mut a = a.clone();
+            a.push(json!("added"));
+            Value::Array(a)
+        }
+        Value::Object(m) => {
+            let mut m = m.clone();
+            m.insert("added".into(), json!("x"));
+            Value::Object(m)
+        }
+        Value::Null => json!("new"),
+    }
+}
+
+fn pointer(path: &str) -> String {
+    format!("/{}", path.replace('.', "/"))
+}
+
+/// The spec's transition rules that fail for old -> new, by fieldPath.
+fn refusals(old: &Value, new: &Value) -> Vec<(String, String)> {
+    let rules = spec_schema(&xrd())["x-kubernetes-validations"].clone();
+    rules
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| {
+            !eval_transition_rule(r["rule"].as_str().unwrap_or_default(), new, Some(old))
+                .unwrap_or_else(|e| panic!("{}: {e}", r["rule"]))
+        })
+        .map(|r| {
+            (
+                r["fieldPath"].as_str().unwrap_or_default().to_string(),
+                r["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every field's class, decided by the XRD's own rules on old/new pairs:
+/// a refused field's edit fails exactly its rule, whose message names it;
+/// an in-place edit fails none.
+#[test]
+fn edit_rules_refuse_exactly_the_refused_fields() {
+    let full = load_yaml(&repo_root().join("examples/metalcluster/r730-inference.yaml"))[0]["spec"]
+        .clone();
+    assert!(refusals(&full, &full).is_empty(), "no edit, no refusal");
+    let fields = metalplane::fields::FIELDS;
+    for f in fields {
+        // An object whose fields are listed: its presence is tested below.
+        if fields
+            .iter()
+            .any(|c| c.path.starts_with(&format!("{}.", f.path)))
+        {
+            continue;
+        }
+        let mut new = full.clone();
+        let ptr = pointer(f.path);
+        let before = full.pointer(&ptr).cloned().unwrap_or(Value::Null);
+        let (parent, key) = ptr.rsplit_once('/').expect("path");
+        let target = if parent.is_empty() {
+            Some(&mut new)
+        } else {
+            new.pointer_mut(parent)
+        };
+        target.expect("parent exists in the example")[key] = edited(&before);
+        let failed = refusals(&full, &new);
+        match f.class {
+            metalplane::fields::Class::Refused => {
+                assert_eq!(failed.len(), 1, "spec.{}: {failed:?}", f.path);
+                assert_eq!(failed[0].0, format!(".{}", f.path));
+                assert!(
+                    failed[0].1.starts_with(&format!("spec.{} cannot", f.path)),
+                    "{}",
+                    failed[0].1
+                );
+                assert!(
+                    failed[0].1.contains("create a new MetalCluster"),
+                    "says what to do instead"
+                );
+            }
+            metalplane::fields::Class::InPlace => {
+                assert!(
+                    failed.is_empty(),
+                    "spec.{} is applied in place, yet: {failed:?}",
+                    f.path
+                );
+            }
+        }
+    }
+    // Optional fields may not appear or disappear when they shape the machine.
+    for (path, field) in [
+        ("gpu", ".gpu"),
+        ("access", ".access"),
+        ("network/loadBalancer", ".network.loadBalancer"),
+        ("kubernetes/imageChecksum", ".kubernetes.imageChecksum"),
+        (
+            "gpu/driverInstallerChecksum",
+            ".gpu.driverInstallerChecksum",
+        ),
+    ] {
+        let mut new = full.clone();
+        let (parent, key) = match path.rsplit_once('/') {
+            Some((p, k)) => (format!("/{p}"), k),
+            None => (String::new(), path),
+        };
+        let target = if parent.is_empty() {
+            Some(&mut new)
+        } else {
+            new.pointer_mut(&parent)
+        };
+        target.and_then(Value::as_object_mut).map(|m| m.remove(key));
+        let failed = refusals(&full, &new);
+        assert!(
+            !failed.is_empty() && failed.iter().all(|(p, _)| p.starts_with(field)),
+            "{path}: {failed:?}"
+        );
+        assert!(failed.iter().any(|(p, _)| p == field), "{path}: {failed:?}");
+    }
+    // Removing the inference settings is applied in place (leaves the fleet).
+    let mut new = full.clone();
+    new.as_object_mut().map(|m| m.remove("inference"));
+    assert!(refusals(&full, &new).is_empty());
+}

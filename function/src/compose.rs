@@ -12,6 +12,7 @@ use function_sdk_rust::response::{self, ResourceMatch};
 use serde_json::Value;
 
 use crate::builders::{capi, cni, fleet, ipam, lb, metal3};
+use crate::hosts;
 use crate::names::Names;
 use crate::spec::{self, MetalCluster};
 use crate::status::{self, Phase, Pool};
@@ -143,7 +144,13 @@ fn into_pb(v: Value) -> pbjson_types::Value {
 /// Observed composed resources whose state the function reads; every
 /// other observed resource only counts as present (Null), which spares
 /// converting objects whose content nothing looks at.
-pub const READ_OBSERVED: [&str; 4] = ["cluster", "cilium", "inference-cluster", HOST_USAGE];
+pub const READ_OBSERVED: [&str; 5] = [
+    "cluster",
+    "kubeadmcontrolplane",
+    "cilium",
+    "inference-cluster",
+    HOST_USAGE,
+];
 
 /// Composition resource name of the Usage protecting the claimed host.
 pub const HOST_USAGE: &str = "host-in-use";
@@ -234,7 +241,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
 
     let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
     let pool = status::pool_state(hosts.as_deref(), &names);
-    let phase = status::phase(&observed, pool, mc.spec.inference.is_some());
+    let phase = status::phase(&observed, &pool, mc.spec.inference.is_some());
     let ttl = if phase == Phase::Ready {
         TTL_READY
     } else {
@@ -268,7 +275,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
 
     // The claimed host, or the one already protected (kept while the pool
     // is briefly unknown, so protection never lapses mid-life).
-    let protected = match pool {
+    let protected = match &pool {
         Pool::Claimed(h) => h.pointer("/metadata/name").and_then(Value::as_str),
         _ => observed
             .get(HOST_USAGE)
@@ -284,58 +291,130 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         function_sdk_rust::resource::set_ready(desired, Ready::True);
     }
 
-    let xr_status = status::xr_status(&mc, &names, &observed, pool);
+    let xr_status = status::xr_status(&mc, &names, &observed, &pool);
     let composite = response::desired_composite(&mut rsp);
     // A map-shaped status always serializes; the error arm is unreachable.
     let _ = function_sdk_rust::resource::update_status(composite, &xr_status);
 
-    host_condition(&mut rsp, &xr, &mc, pool);
+    host_conditions(&mut rsp, &xr, &mc, &pool);
     if mc.spec.inference.is_some() {
         inference_condition(&mut rsp, &observed);
     }
 
-    if let Some(gpu) = &mc.spec.gpu
-        && gpu.driver_installer_checksum.is_none()
-    {
-        let r = response::warning(
-            &mut rsp,
-            "spec.gpu.driverInstallerChecksum is not set: the GPU driver installer will run without verification; set its sha256",
-        );
-        r.reason = Some("UnverifiedDriverInstaller".into());
+    if let Some(gpu) = &mc.spec.gpu {
+        driver_condition(&mut rsp, &xr, gpu.driver_installer_checksum.is_some());
     }
     rsp
 }
 
-fn host_condition(rsp: &mut RunFunctionResponse, xr: &Value, mc: &MetalCluster, pool: Pool<'_>) {
+/// Condition types and reasons the function sets on the XR.
+pub const HOST_HEALTHY: &str = "HostHealthy";
+pub const HOST_ERROR: &str = "HostError";
+pub const HOST_ON_THE_WAY: &str = "HostOnTheWay";
+pub const DRIVER_VERIFIED: &str = "DriverInstallerVerified";
+pub const UNVERIFIED_DRIVER: &str = "UnverifiedDriverInstaller";
+
+/// A Warning event, only when the XR does not already carry `reason` on
+/// condition `typ`: events say what changed, the condition what holds.
+fn warn_on_transition(
+    rsp: &mut RunFunctionResponse,
+    xr: &Value,
+    typ: &str,
+    reason: &str,
+    msg: String,
+) {
+    if observed_condition_reason(xr, typ).as_deref() != Some(reason) {
+        response::warning(rsp, msg).reason = Some(reason.into());
+    }
+}
+
+fn driver_condition(rsp: &mut RunFunctionResponse, xr: &Value, verified: bool) {
+    if verified {
+        response::condition_true(rsp, DRIVER_VERIFIED, "ChecksumSet").message =
+            Some("the GPU driver installer is verified against spec.gpu.driverInstallerChecksum before it runs".into());
+        return;
+    }
+    let msg = "spec.gpu.driverInstallerChecksum is not set: the GPU driver installer runs without verification; give its sha256 when you create a MetalCluster (the field is fixed afterwards)";
+    warn_on_transition(rsp, xr, DRIVER_VERIFIED, UNVERIFIED_DRIVER, msg.into());
+    response::condition_false(rsp, DRIVER_VERIFIED, UNVERIFIED_DRIVER).message = Some(msg.into());
+}
+
+fn host_list(hosts: &[&Value]) -> String {
+    let items: Vec<String> = hosts
+        .iter()
+        .map(|h| match hosts::state(h) {
+            "" => format!("{} (new)", hosts::name(h)),
+            s => format!("{} ({s})", hosts::name(h)),
+        })
+        .collect();
+    status::first_n_and_more(items, 5)
+}
+
+fn host_conditions(rsp: &mut RunFunctionResponse, xr: &Value, mc: &MetalCluster, pool: &Pool<'_>) {
+    let pool_name = &mc.spec.host.pool;
     match pool {
         Pool::Unknown => {}
         Pool::Claimed(h) => {
-            let host = h
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let host = hosts::name(h);
             response::condition_true(rsp, HOST_CLAIMED, "Claimed").message =
                 Some(format!("BareMetalHost {host} is claimed"));
-        }
-        Pool::Unclaimed { claimable: 0 } => {
-            let msg = format!("no available host in pool {}", mc.spec.host.pool);
-            // Say it once: only on the transition into this state.
-            if observed_condition_reason(xr, HOST_CLAIMED).as_deref() != Some(NO_AVAILABLE_HOST) {
-                response::warning(rsp, msg.clone()).reason = Some(NO_AVAILABLE_HOST.into());
+            match hosts::error(h) {
+                Some(e) => {
+                    let msg = format!(
+                        "BareMetalHost {host} reports {} (state {}); the bare metal operator retries, error count {}",
+                        e.summary(),
+                        hosts::state(h),
+                        e.count
+                    );
+                    warn_on_transition(rsp, xr, HOST_HEALTHY, HOST_ERROR, msg.clone());
+                    response::condition_false(rsp, HOST_HEALTHY, HOST_ERROR).message = Some(msg);
+                }
+                None => {
+                    response::condition_true(rsp, HOST_HEALTHY, "NoError").message = Some(format!(
+                        "BareMetalHost {host} reports no error (state {})",
+                        hosts::state(h)
+                    ));
+                }
             }
-            response::condition_false(rsp, HOST_CLAIMED, NO_AVAILABLE_HOST).message =
-                Some(format!(
-                    "{msg}: label an available BareMetalHost in namespace {} with {}={}",
-                    mc.namespace,
-                    crate::builders::POOL_LABEL,
-                    mc.spec.host.pool
-                ));
         }
-        Pool::Unclaimed { claimable } => {
-            response::condition_false(rsp, HOST_CLAIMED, "Waiting").message = Some(format!(
-                "{claimable} available host(s) in pool {}; waiting for CAPM3 to claim one",
-                mc.spec.host.pool
-            ));
+        Pool::Unclaimed {
+            claimable,
+            on_the_way,
+            passed_over,
+        } => {
+            // A released host's old error must not linger on the XR.
+            response::condition_unknown(rsp, HOST_HEALTHY, "NoHostClaimed").message =
+                Some("no BareMetalHost is claimed".into());
+            if *claimable > 0 {
+                response::condition_false(rsp, HOST_CLAIMED, "Waiting").message = Some(format!(
+                    "{claimable} available host(s) in pool {pool_name}; waiting for CAPM3 to claim one"
+                ));
+            } else if !on_the_way.is_empty() {
+                response::condition_false(rsp, HOST_CLAIMED, HOST_ON_THE_WAY).message =
+                    Some(format!(
+                        "no host in pool {pool_name} is available yet; on its way: {}",
+                        host_list(on_the_way)
+                    ));
+            } else {
+                let msg = format!("no available host in pool {pool_name}");
+                warn_on_transition(rsp, xr, HOST_CLAIMED, NO_AVAILABLE_HOST, msg.clone());
+                let why: Vec<String> = passed_over
+                    .iter()
+                    .map(|(h, why)| format!("{}: {why}", hosts::name(h)))
+                    .collect();
+                let detail = if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", status::first_n_and_more(why, 5))
+                };
+                response::condition_false(rsp, HOST_CLAIMED, NO_AVAILABLE_HOST).message = Some(
+                    format!(
+                        "{msg}{detail}: label an available BareMetalHost in namespace {} with {}={pool_name}",
+                        mc.namespace,
+                        crate::builders::POOL_LABEL,
+                    ),
+                );
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 
 pub mod builders;
 pub mod compose;
+pub mod fields;
 pub mod function;
+pub mod hosts;
 pub mod inference;
 pub mod names;
 pub mod operate;

@@ -6,11 +6,9 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::builders::POOL_LABEL;
+use crate::hosts;
 use crate::names::Names;
 use crate::spec::MetalCluster;
-
-/// The label CAPM3 puts on a BareMetalHost it claimed for a cluster.
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
 /// True when `obj` has `status.conditions[type=typ].status == "True"`.
 pub fn condition_is_true(obj: &Value, typ: &str) -> bool {
@@ -57,6 +55,11 @@ pub fn is_ready(resource_name: &str, observed: Option<&Value>) -> bool {
     if resource_name == "inference-cluster" {
         return inference_gateway(observed).is_some();
     }
+    // A control plane is ready when its rollout is done, not when it exists:
+    // a rollout that waits for a host must not sit under Ready=True.
+    if resource_name == "kubeadmcontrolplane" {
+        return control_plane_rollout(observed).is_some_and(|r| r.complete());
+    }
     match (observed, readiness_condition(resource_name)) {
         (None, _) => false,
         (Some(_), None) => true,
@@ -68,10 +71,14 @@ pub fn is_ready(resource_name: &str, observed: Option<&Value>) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     WaitingForHost,
+    /// The claimed host reports an error (BMO retries).
+    HostError,
     Provisioning,
     Bootstrapping,
     InstallingCNI,
     Ready,
+    /// Was up; the control plane is replacing machines.
+    RollingOut,
     /// CNI installed; Modelplane is adopting the cluster.
     JoiningFleet,
     InferenceReady,
@@ -81,10 +88,12 @@ impl Phase {
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::WaitingForHost => "WaitingForHost",
+            Phase::HostError => "HostError",
             Phase::Provisioning => "Provisioning",
             Phase::Bootstrapping => "Bootstrapping",
             Phase::InstallingCNI => "InstallingCNI",
             Phase::Ready => "Ready",
+            Phase::RollingOut => "RollingOut",
             Phase::JoiningFleet => "JoiningFleet",
             Phase::InferenceReady => "InferenceReady",
         }
@@ -95,88 +104,133 @@ fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
 }
 
-/// The BareMetalHost CAPM3 claimed for this cluster: labelled with the
-/// cluster name, or consumed by one of its Metal3Machines.
-pub fn claimed_host<'a>(hosts: &'a [Value], names: &Names) -> Option<&'a Value> {
-    let label_ptr = format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"));
-    hosts.iter().find(|h| {
-        let consumer = h.pointer("/spec/consumerRef");
-        let by_label = str_at(h, &label_ptr) == Some(names.cluster.as_str());
-        let by_consumer = consumer.is_some_and(|c| {
-            str_at(c, "/kind") == Some("Metal3Machine")
-                && str_at(c, "/name").is_some_and(|n| n.starts_with(&names.machine_template))
-        });
-        (by_label && consumer.is_some()) || by_consumer
-    })
-}
-
-/// Whether CAPM3 could claim this host: available, unconsumed, healthy.
-pub fn is_claimable(h: &Value) -> bool {
-    let annotations = h
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object);
-    let blocked = annotations.is_some_and(|a| {
-        a.contains_key("baremetalhost.metal3.io/paused")
-            || a.contains_key("baremetalhost.metal3.io/detached")
-            || a.contains_key("capi.metal3.io/unhealthy")
-    });
-    str_at(h, "/status/provisioning/state") == Some("available")
-        && h.pointer("/spec/consumerRef").is_none_or(Value::is_null)
-        && str_at(h, "/status/errorMessage").is_none_or(str::is_empty)
-        && !blocked
-}
-
-/// The `status.host` summary of a claimed host.
+/// The `status.host` summary of a claimed host, with BMO's error if any.
 pub fn host_summary(h: &Value) -> Value {
-    json!({
-        "name": str_at(h, "/metadata/name").unwrap_or_default(),
-        "provisioningState": str_at(h, "/status/provisioning/state").unwrap_or_default(),
+    let mut s = json!({
+        "name": hosts::name(h),
+        "provisioningState": hosts::state(h),
         "poweredOn": h.pointer("/status/poweredOn").and_then(Value::as_bool).unwrap_or(false),
-    })
+        "operationalStatus": str_at(h, "/status/operationalStatus").unwrap_or_default(),
+    });
+    if let Some(e) = hosts::error(h) {
+        s["errorType"] = json!(e.error_type);
+        s["errorMessage"] = json!(e.message);
+        s["errorCount"] = json!(e.count);
+    }
+    s
 }
 
 /// What the function knows about the host pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Pool<'a> {
     /// Crossplane has not resolved the BareMetalHost requirement yet.
     Unknown,
     /// This host was claimed.
     Claimed(&'a Value),
-    /// Nothing is claimed yet; this many hosts could be.
-    Unclaimed { claimable: usize },
+    /// Nothing is claimed yet: how many hosts CAPM3 could claim, the hosts
+    /// BMO is still bringing to `available`, and why the others are passed over.
+    Unclaimed {
+        claimable: usize,
+        on_the_way: Vec<&'a Value>,
+        passed_over: Vec<(&'a Value, String)>,
+    },
 }
 
 pub fn pool_state<'a>(hosts: Option<&'a [Value]>, names: &Names) -> Pool<'a> {
-    match hosts {
-        None => Pool::Unknown,
-        Some(hs) => match claimed_host(hs, names) {
-            Some(h) => Pool::Claimed(h),
-            None => Pool::Unclaimed {
-                claimable: hs.iter().filter(|h| is_claimable(h)).count(),
-            },
-        },
+    let Some(hs) = hosts else {
+        return Pool::Unknown;
+    };
+    if let Some(h) = hosts::claimed_host(hs, names) {
+        return Pool::Claimed(h);
+    }
+    let mut claimable = 0;
+    let mut on_the_way = Vec::new();
+    let mut passed_over = Vec::new();
+    for h in hs {
+        if hosts::is_on_the_way(h, names) {
+            on_the_way.push(h);
+        } else if let Some(why) = hosts::unclaimable_reason(h, names) {
+            passed_over.push((h, why));
+        } else {
+            claimable += 1;
+        }
+    }
+    Pool::Unclaimed {
+        claimable,
+        on_the_way,
+        passed_over,
     }
 }
 
-pub fn phase(observed: &BTreeMap<String, Value>, pool: Pool<'_>, inference: bool) -> Phase {
+/// The control plane's rollout as KubeadmControlPlane v1beta2 reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rollout {
+    pub desired: i64,
+    pub replicas: i64,
+    pub up_to_date: i64,
+    pub ready: i64,
+    /// KCP has seen its latest spec and every machine is up to date.
+    pub settled: bool,
+}
+
+impl Rollout {
+    pub fn rolling_out(&self) -> bool {
+        !self.settled
+    }
+
+    /// Every desired machine is up to date and ready.
+    pub fn complete(&self) -> bool {
+        self.settled && self.ready >= self.desired
+    }
+}
+
+pub fn control_plane_rollout(kcp: Option<&Value>) -> Option<Rollout> {
+    let kcp = kcp?;
+    let int = |p: &str| kcp.pointer(p).and_then(Value::as_i64);
+    let desired = int("/spec/replicas").unwrap_or(1);
+    let replicas = int("/status/replicas").unwrap_or(0);
+    let up_to_date = int("/status/upToDateReplicas").unwrap_or(0);
+    let generation = int("/metadata/generation").unwrap_or(0);
+    let observed = int("/status/observedGeneration").unwrap_or(0);
+    let rolling_condition = condition_is_true(kcp, "RollingOut");
+    Some(Rollout {
+        desired,
+        replicas,
+        up_to_date,
+        ready: int("/status/readyReplicas").unwrap_or(0),
+        settled: observed >= generation
+            && replicas == desired
+            && up_to_date == desired
+            && !rolling_condition,
+    })
+}
+
+pub fn phase(observed: &BTreeMap<String, Value>, pool: &Pool<'_>, inference: bool) -> Phase {
+    if let Pool::Claimed(h) = pool
+        && hosts::error(h).is_some()
+    {
+        return Phase::HostError;
+    }
     if is_ready("cluster", observed.get("cluster")) {
-        if is_ready("cilium", observed.get("cilium")) {
-            match (
-                inference,
-                is_ready("inference-cluster", observed.get("inference-cluster")),
-            ) {
-                (false, _) => Phase::Ready,
-                (true, true) => Phase::InferenceReady,
-                (true, false) => Phase::JoiningFleet,
-            }
-        } else {
-            Phase::InstallingCNI
+        if !is_ready("cilium", observed.get("cilium")) {
+            return Phase::InstallingCNI;
+        }
+        if control_plane_rollout(observed.get("kubeadmcontrolplane"))
+            .is_some_and(|r| r.rolling_out())
+        {
+            return Phase::RollingOut;
+        }
+        match (
+            inference,
+            is_ready("inference-cluster", observed.get("inference-cluster")),
+        ) {
+            (false, _) => Phase::Ready,
+            (true, true) => Phase::InferenceReady,
+            (true, false) => Phase::JoiningFleet,
         }
     } else {
         match pool {
-            Pool::Claimed(h) if str_at(h, "/status/provisioning/state") == Some("provisioned") => {
-                Phase::Bootstrapping
-            }
+            Pool::Claimed(h) if hosts::state(h) == "provisioned" => Phase::Bootstrapping,
             Pool::Claimed(_) => Phase::Provisioning,
             Pool::Unknown | Pool::Unclaimed { .. } => Phase::WaitingForHost,
         }
@@ -188,7 +242,7 @@ pub fn xr_status(
     mc: &MetalCluster,
     names: &Names,
     observed: &BTreeMap<String, Value>,
-    pool: Pool<'_>,
+    pool: &Pool<'_>,
 ) -> Value {
     let mut status = json!({
         "controlPlaneEndpoint": format!("{}:{}", mc.spec.network.node_ip, crate::builders::metal3::API_SERVER_PORT),
@@ -197,6 +251,21 @@ pub fn xr_status(
         "controlPlaneAvailable": is_ready("cluster", observed.get("cluster")),
         "phase": phase(observed, pool, mc.spec.inference.is_some()).as_str(),
     });
+    if let (Some(r), Value::Object(m)) = (
+        control_plane_rollout(observed.get("kubeadmcontrolplane")),
+        &mut status,
+    ) {
+        m.insert(
+            "controlPlane".into(),
+            json!({
+                "desiredReplicas": r.desired,
+                "replicas": r.replicas,
+                "upToDateReplicas": r.up_to_date,
+                "readyReplicas": r.ready,
+                "rollingOut": r.rolling_out(),
+            }),
+        );
+    }
     if let (Pool::Claimed(h), Value::Object(m)) = (pool, &mut status) {
         m.insert("host".into(), host_summary(h));
     }

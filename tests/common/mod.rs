@@ -315,6 +315,16 @@ fn unescape_k8s(rule: &str) -> String {
 }
 
 pub fn eval_rule(rule: &str, value: &Value) -> Result<bool, String> {
+    eval_transition_rule(rule, value, None)
+}
+
+/// Evaluates a rule with `self` and, for an update, `oldSelf` bound, as the
+/// API server does for transition rules.
+pub fn eval_transition_rule(
+    rule: &str,
+    value: &Value,
+    old: Option<&Value>,
+) -> Result<bool, String> {
     static ENV: OnceLock<std::sync::Arc<cel::Env>> = OnceLock::new();
     let env = ENV.get_or_init(|| {
         // Kubernetes CEL includes the strings extension (lowerAscii, ...).
@@ -328,6 +338,10 @@ pub fn eval_rule(rule: &str, value: &Value) -> Result<bool, String> {
     let mut ctx = cel::Context::with_env(env.clone());
     let v = cel::to_value(value).map_err(|e| format!("value: {e}"))?;
     ctx.add_variable_from_value("self", v);
+    if let Some(old) = old {
+        let o = cel::to_value(old).map_err(|e| format!("old value: {e}"))?;
+        ctx.add_variable_from_value("oldSelf", o);
+    }
     match program.execute(&ctx) {
         Ok(cel::Value::Bool(b)) => Ok(b),
         Ok(other) => Err(format!("rule returned {other:?}")),

@@ -16,6 +16,8 @@ struct Cli {
 enum Cmd {
     /// Build target/xpkg/: metalplane-runtime.oci.tar, function-metalplane.xpkg, configuration-metalplane.xpkg.
     Package,
+    /// Regenerate the checked-in YAML made from Rust (the XRD's edit rules).
+    Generate,
     /// A real management cluster on this machine, in its own network namespace.
     Lab {
         #[command(subcommand)]
@@ -55,6 +57,13 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Cmd::Generate => match xtask::generate() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask generate: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Lab { command } => match lab(command) {
             Ok(0) => ExitCode::SUCCESS,
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

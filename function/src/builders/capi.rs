@@ -36,8 +36,13 @@ pub fn cluster(mc: &MetalCluster, names: &Names) -> Value {
 
 pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names) -> Value {
     let node_registration = bootstrap::node_registration(mc);
+    let mut init = json!({"nodeRegistration": node_registration});
+    if super::cni::replaces_kube_proxy(mc) {
+        // Cilium replaces kube-proxy; kubeadm must not install it too.
+        init["skipPhases"] = json!(["addon/kube-proxy"]);
+    }
     let mut config = json!({
-        "initConfiguration": {"nodeRegistration": node_registration},
+        "initConfiguration": init,
         "joinConfiguration": {
             "controlPlane": {},
             "nodeRegistration": node_registration,

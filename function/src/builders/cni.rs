@@ -32,24 +32,33 @@ pub fn helm_provider_config(mc: &MetalCluster, names: &Names) -> Value {
 /// Cilium values: one operator for one node, node pod CIDRs from
 /// Kubernetes, and L2 announcements since bare metal has no cloud load
 /// balancer.
+/// Whether Cilium replaces kube-proxy: with a load balancer range, whose L2
+/// announcements work only with the replacement (Cilium's L2 announcement
+/// guide lists `kubeProxyReplacement: true` as a prerequisite).
+pub fn replaces_kube_proxy(mc: &MetalCluster) -> bool {
+    mc.spec.network.load_balancer.is_some()
+}
+
 pub fn cilium_values(mc: &MetalCluster) -> Value {
     let mut v = json!({
         "operator": {"replicas": 1},
         "ipam": {"mode": "kubernetes"},
-        "l2announcements": {"enabled": true},
-        // L2 announcement leases renew through the API server; the default
-        // client rate limit starves them.
         "k8sClientRateLimit": {"qps": 50, "burst": 100},
     });
-    if mc.spec.network.load_balancer.is_some() {
-        // L2 announcements of LoadBalancer IPs need kube-proxy replacement,
-        // which needs to reach the API server without the Service VIP.
+    if replaces_kube_proxy(mc) {
         v["kubeProxyReplacement"] = json!(true);
+        v["l2announcements"] = json!({"enabled": true});
+        // Without kube-proxy nothing maps the kubernetes Service's
+        // ClusterIP, so the agent dials the API server directly.
         v["k8sServiceHost"] = json!(mc.spec.network.node_ip.to_string());
         v["k8sServicePort"] = json!(super::metal3::API_SERVER_PORT);
     }
     v
 }
+
+/// Helm's wait: the Release is Ready only once Cilium's DaemonSet, Deployment
+/// and Services are (helm's ready checker), not when the manifests are sent.
+pub const RELEASE_WAIT_TIMEOUT: &str = "10m";
 
 pub fn cilium_release(mc: &MetalCluster, names: &Names) -> Value {
     with_spec(
@@ -63,6 +72,8 @@ pub fn cilium_release(mc: &MetalCluster, names: &Names) -> Value {
                     "version": mc.spec.cni.cilium_version,
                 },
                 "namespace": "kube-system",
+                "wait": true,
+                "waitTimeout": RELEASE_WAIT_TIMEOUT,
                 "values": cilium_values(mc),
             },
         }),

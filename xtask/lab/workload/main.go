@@ -91,6 +91,8 @@ type reconciler struct {
 	// TCP forwarders by endpoint (host:port), and the last backend port.
 	forwards map[string]*forwarder
 	nextPort int32
+	// The running node agents by workload cluster, to stop with it.
+	agents map[string]context.CancelFunc
 }
 
 func main() {
@@ -137,6 +139,7 @@ func main() {
 		wcls:     map[string]*server.WorkloadClustersMux{},
 		nodes:    map[types.NamespacedName]booted{},
 		forwards: map[string]*forwarder{},
+		agents:   map[string]context.CancelFunc{},
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&clusterv1.Machine{}).Named("workload").Complete(r); err != nil {
 		fail(err)
@@ -210,6 +213,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.mu.Lock()
 	r.nodes[req.NamespacedName] = booted{wcl: wcl, node: nodeName, cp: cp}
+	if _, ok := r.agents[wcl]; !ok {
+		actx, cancel := context.WithCancel(context.Background())
+		r.agents[wcl] = cancel
+		go daemonSets(actx, mem)
+	}
 	r.mu.Unlock()
 	// The kubelet renews its lease; KCP and the Machine controller read it.
 	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
@@ -990,7 +998,78 @@ func (r *reconciler) shutdown(ctx context.Context, key types.NamespacedName) err
 	}
 	// The last node is gone: so is the cluster's state. A new cluster of
 	// the same name starts empty, as it would on wiped disks.
+	if cancel, ok := r.agents[b.wcl]; ok {
+		cancel()
+		delete(r.agents, b.wcl)
+	}
 	r.memory.DeleteResourceGroup(b.wcl)
 	delete(r.wcls, b.wcl)
 	return nil
+}
+
+// daemonSets plays the DaemonSet controller and the kubelets for what add-on
+// charts install: every DaemonSet runs one ready, up-to-date pod per node,
+// reported in the status fields helm's wait reads (observedGeneration and
+// the scheduled/ready counts). Without it a Release that waits for its
+// resources would never be ready in the lab, as on a cluster whose nodes
+// never start the pods.
+func daemonSets(ctx context.Context, mem inmemoryruntime.Client) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	// Objects written through the workload API are stored unstructured:
+	// list them so.
+	list := func(kind string) (*unstructured.UnstructuredList, error) {
+		l := &unstructured.UnstructuredList{}
+		gv := "v1"
+		if kind == "DaemonSetList" {
+			gv = "apps/v1"
+		}
+		l.SetAPIVersion(gv)
+		l.SetKind(kind)
+		return l, mem.List(ctx, l)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		nodes, err := list("NodeList")
+		if err != nil {
+			ctrl.Log.Error(err, "listing the workload's nodes")
+			continue
+		}
+		dss, err := list("DaemonSetList")
+		if err != nil {
+			ctrl.Log.Error(err, "listing the workload's DaemonSets")
+			continue
+		}
+		n := int64(len(nodes.Items))
+		for i := range dss.Items {
+			ds := &dss.Items[i]
+			gen := ds.GetGeneration()
+			num := func(f string) int64 {
+				v, _, _ := unstructured.NestedInt64(ds.Object, "status", f)
+				return v
+			}
+			if num("observedGeneration") == gen && num("desiredNumberScheduled") == n &&
+				num("updatedNumberScheduled") == n && num("numberReady") == n && num("numberAvailable") == n {
+				continue
+			}
+			// The in-memory store counts every change, status too, as a new
+			// generation: the update below is the one observed.
+			_ = unstructured.SetNestedMap(ds.Object, map[string]any{
+				"observedGeneration":     gen + 1,
+				"desiredNumberScheduled": n,
+				"currentNumberScheduled": n,
+				"updatedNumberScheduled": n,
+				"numberReady":            n,
+				"numberAvailable":        n,
+				"numberMisscheduled":     int64(0),
+			}, "status")
+			if err := mem.Update(ctx, ds); err != nil {
+				ctrl.Log.Error(err, "updating a DaemonSet's status", "daemonset", ds.GetName())
+			}
+		}
+	}
 }

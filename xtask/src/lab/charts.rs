@@ -12,6 +12,9 @@ use super::{Lab, LabError, procs};
 
 pub const CHART_PORT: u16 = 8879;
 pub const CHART_VERSION: &str = "1.18.4";
+/// A second version, so that an upgrade (an in-place edit of
+/// `spec.cni.ciliumVersion`) can be observed.
+pub const CHART_VERSIONS: [&str; 2] = [CHART_VERSION, "1.18.5"];
 
 /// The repository URL MetalClusters in the lab name.
 pub fn repository() -> String {
@@ -63,6 +66,10 @@ spec:
   selector:
     matchLabels:
       k8s-app: cilium
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxUnavailable: 2
   template:
     metadata:
       labels:
@@ -78,11 +85,11 @@ spec:
 ];
 
 /// The chart as a .tgz (entries under `cilium/`).
-fn chart_tgz() -> Result<Vec<u8>, LabError> {
+fn chart_tgz(version: &str) -> Result<Vec<u8>, LabError> {
     let err = |e: std::io::Error| LabError::new(format!("chart: {e}"));
     let mut files = vec![(
         "cilium/Chart.yaml".to_string(),
-        CHART_YAML.replace("VERSION", CHART_VERSION),
+        CHART_YAML.replace("VERSION", version),
     )];
     for (name, text) in TEMPLATES {
         files.push((format!("cilium/templates/{name}"), text.to_string()));
@@ -100,23 +107,26 @@ fn chart_tgz() -> Result<Vec<u8>, LabError> {
     tar.into_inner().map_err(err)?.finish().map_err(err)
 }
 
-fn index_yaml(tgz: &[u8], file: &str) -> String {
+fn index_entry(version: &str, tgz: &[u8]) -> String {
     format!(
-        "apiVersion: v1
-entries:
-  cilium:
-    - apiVersion: v2
+        "    - apiVersion: v2
       name: cilium
-      version: {CHART_VERSION}
-      appVersion: {CHART_VERSION}
+      version: {version}
+      appVersion: {version}
       created: \"2026-01-01T00:00:00Z\"
       digest: {}
       urls:
-        - {}/{file}
-generated: \"2026-01-01T00:00:00Z\"
+        - {}/cilium-{version}.tgz
 ",
         crate::sha256_hex(tgz),
         repository()
+    )
+}
+
+fn index_yaml(entries: &[String]) -> String {
+    format!(
+        "apiVersion: v1\nentries:\n  cilium:\n{}generated: \"2026-01-01T00:00:00Z\"\n",
+        entries.concat()
     )
 }
 
@@ -124,10 +134,13 @@ generated: \"2026-01-01T00:00:00Z\"
 pub fn write(dir: &Path) -> Result<(), LabError> {
     let err = |e: std::io::Error| LabError::new(format!("{}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(err)?;
-    let tgz = chart_tgz()?;
-    let file = format!("cilium-{CHART_VERSION}.tgz");
-    std::fs::write(dir.join(&file), &tgz).map_err(err)?;
-    std::fs::write(dir.join("index.yaml"), index_yaml(&tgz, &file)).map_err(err)
+    let mut entries = Vec::new();
+    for version in CHART_VERSIONS {
+        let tgz = chart_tgz(version)?;
+        std::fs::write(dir.join(format!("cilium-{version}.tgz")), &tgz).map_err(err)?;
+        entries.push(index_entry(version, &tgz));
+    }
+    std::fs::write(dir.join("index.yaml"), index_yaml(&entries)).map_err(err)
 }
 
 /// Serves the repository inside the namespace (Python's http.server: any
@@ -160,9 +173,11 @@ mod tests {
 
     #[test]
     fn index_names_the_chart_by_digest() {
-        let tgz = chart_tgz().expect("chart");
-        let idx = index_yaml(&tgz, "cilium-1.18.4.tgz");
+        let tgz = chart_tgz("1.18.4").expect("chart");
+        let idx = index_yaml(&[index_entry("1.18.4", &tgz)]);
         assert!(idx.contains(&crate::sha256_hex(&tgz)));
         assert!(idx.contains("http://127.0.0.1:8879/cilium-1.18.4.tgz"));
+        let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(&idx).expect("index is YAML");
+        assert_eq!(parsed["entries"]["cilium"][0]["version"], "1.18.4");
     }
 }

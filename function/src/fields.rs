@@ -1,0 +1,310 @@
+//! What happens when a spec field is edited on a live MetalCluster. Every
+//! field is in exactly one class; the XRD's CEL rules, the README's table
+//! and the tests are checked against this table.
+//!
+//! A single-node MetalCluster has no rolling class: its one control-plane
+//! node holds the API endpoint (`spec.network.nodeIP`), and KCP can only roll
+//! a one-replica control plane by adding a second machine (maxSurge 1; a
+//! scale-in first rollout needs at least 3 replicas), which would take the
+//! endpoint away when the old node leaves. So every field the machine is
+//! built from is refused when edited, with the way to do it instead.
+
+/// What an edit of a field does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Applied to the live objects, no machine replaced.
+    InPlace,
+    /// Refused by the API server (an XRD transition rule).
+    Refused,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::InPlace => "applied in place",
+            Class::Refused => "refused",
+        }
+    }
+}
+
+/// One spec field: its path below `spec`, its class, and what the edit
+/// does (in place) or why it is refused.
+#[derive(Clone, Copy, Debug)]
+pub struct Field {
+    pub path: &'static str,
+    pub class: Class,
+    pub effect: &'static str,
+}
+
+const MACHINE: &str = "the node is built from it at provisioning, and a single-node control plane cannot roll onto a new machine (its node holds the API endpoint)";
+const NETWORK: &str = "the node's network data and address pool are fixed at provisioning (CAPM3 and IPAM refuse changes to them), and the API endpoint is the node's address";
+
+use Class::{InPlace, Refused};
+
+/// Every field of `spec`, in the XRD's order.
+pub const FIELDS: &[Field] = &[
+    Field {
+        path: "host.pool",
+        class: Refused,
+        effect: "the claimed host stays claimed; a new pool would only select hosts for machines that are never created",
+    },
+    Field {
+        path: "host.bootInterface",
+        class: Refused,
+        effect: NETWORK,
+    },
+    Field {
+        path: "network.nodeIP",
+        class: Refused,
+        effect: NETWORK,
+    },
+    Field {
+        path: "network.prefix",
+        class: Refused,
+        effect: NETWORK,
+    },
+    Field {
+        path: "network.gateway",
+        class: Refused,
+        effect: NETWORK,
+    },
+    Field {
+        path: "network.dnsServer",
+        class: Refused,
+        effect: NETWORK,
+    },
+    Field {
+        path: "network.podCIDR",
+        class: Refused,
+        effect: "kubeadm fixes the pod network when the cluster is created",
+    },
+    Field {
+        path: "network.serviceCIDR",
+        class: Refused,
+        effect: "kubeadm fixes the service network when the cluster is created",
+    },
+    Field {
+        path: "network.loadBalancer",
+        class: InPlace,
+        effect: "the Cilium LB IPAM pool's range is updated; adding or removing it is refused (it switches kube-proxy replacement, fixed at creation)",
+    },
+    Field {
+        path: "kubernetes.version",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "kubernetes.nodeLabels",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "kubernetes.imageURL",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "kubernetes.imageChecksum",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "kubernetes.imageChecksumType",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "kubernetes.imageDiskFormat",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "cni.ciliumVersion",
+        class: InPlace,
+        effect: "helm upgrades the Cilium release; the XR is not Ready until its pods are",
+    },
+    Field {
+        path: "cni.chartRepository",
+        class: InPlace,
+        effect: "the release is fetched from the new repository at its next upgrade",
+    },
+    Field {
+        path: "gpu",
+        class: Refused,
+        effect: "adding or removing the driver changes the node's first-boot commands",
+    },
+    Field {
+        path: "gpu.driverInstallerURL",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "gpu.driverInstallerChecksum",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "gpu.model",
+        class: InPlace,
+        effect: "the Modelplane InferenceClass is updated",
+    },
+    Field {
+        path: "gpu.count",
+        class: InPlace,
+        effect: "the Modelplane InferenceClass is updated",
+    },
+    Field {
+        path: "gpu.memory",
+        class: InPlace,
+        effect: "the Modelplane InferenceClass is updated",
+    },
+    Field {
+        path: "access",
+        class: Refused,
+        effect: MACHINE,
+    },
+    Field {
+        path: "inference",
+        class: InPlace,
+        effect: "the Modelplane objects are created, updated or removed; the cluster itself is untouched",
+    },
+];
+
+/// What to do instead of a refused edit.
+pub const INSTEAD: &str =
+    "create a new MetalCluster with the new value, move the workloads, then delete this one";
+
+/// The message of a refused field's rule.
+pub fn refusal(f: &Field) -> String {
+    format!("spec.{} cannot change: {}; {INSTEAD}", f.path, f.effect)
+}
+
+/// `self.a.b == oldSelf.a.b`, safe when any step is absent: both sides must
+/// have the same steps present, and then equal values.
+pub fn unchanged(path: &str) -> String {
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut expr = String::new();
+    for i in (0..parts.len()).rev() {
+        let p = parts[..=i].join(".");
+        let inner = if expr.is_empty() {
+            format!("self.{p} == oldSelf.{p}")
+        } else {
+            expr.clone()
+        };
+        expr = format!("has(self.{p}) == has(oldSelf.{p}) && (!has(self.{p}) || {inner})");
+    }
+    expr
+}
+
+/// Presence only: the field may change but not appear or disappear.
+pub fn same_presence(path: &str) -> String {
+    format!("has(self.{path}) == has(oldSelf.{path})")
+}
+
+/// A transition rule on `spec`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub rule: String,
+    pub message: String,
+    /// Relative to `spec`, e.g. `.host.pool`.
+    pub field_path: String,
+}
+
+/// The XRD's transition rules on `spec`, in FIELDS order.
+pub fn rules() -> Vec<Rule> {
+    let mut out = Vec::new();
+    for f in FIELDS {
+        let field_path = format!(".{}", f.path);
+        // An object whose fields are listed too: only its presence is fixed.
+        let parent = FIELDS.iter().any(|c| {
+            c.path.len() > f.path.len()
+                && c.path.starts_with(f.path)
+                && c.path.as_bytes()[f.path.len()] == b'.'
+        });
+        match f.class {
+            Class::Refused if parent => out.push(Rule {
+                rule: same_presence(f.path),
+                message: format!("spec.{} cannot be added or removed: {}; {INSTEAD}", f.path, f.effect),
+                field_path,
+            }),
+            Class::Refused => out.push(Rule {
+                rule: unchanged(f.path),
+                message: refusal(f),
+                field_path,
+            }),
+            // Its presence decides kube-proxy replacement.
+            Class::InPlace if f.path == "network.loadBalancer" => out.push(Rule {
+                rule: same_presence(f.path),
+                message: format!(
+                    "spec.{} cannot be added or removed: it switches Cilium's kube-proxy replacement, fixed when the cluster is created; its range can change; {INSTEAD}",
+                    f.path
+                ),
+                field_path,
+            }),
+            Class::InPlace => {}
+        }
+    }
+    out
+}
+
+/// Markers around the generated rules in the XRD.
+pub const BEGIN: &str = "# BEGIN generated by `cargo xtask generate` from function/src/fields.rs";
+pub const END: &str = "# END generated";
+
+fn yaml_str(s: &str) -> String {
+    // JSON strings are valid YAML double-quoted scalars.
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+/// The `x-kubernetes-validations` of `spec`, as YAML lines at `indent`
+/// spaces, between the markers.
+pub fn xrd_block(indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let mut out = format!("{pad}{BEGIN}\n{pad}x-kubernetes-validations:\n");
+    for r in rules() {
+        out.push_str(&format!(
+            "{pad}  - rule: {}\n{pad}    message: {}\n{pad}    fieldPath: {}\n{pad}    reason: FieldValueForbidden\n",
+            yaml_str(&r.rule),
+            yaml_str(&r.message),
+            r.field_path
+        ));
+    }
+    out.push_str(&format!("{pad}{END}\n"));
+    out
+}
+
+/// `text` with the block between the markers replaced by a fresh one, or
+/// None when the markers are missing.
+pub fn regenerate(text: &str) -> Option<String> {
+    let begin = text.find(BEGIN)?;
+    let line_start = text[..begin].rfind('\n').map_or(0, |i| i + 1);
+    let indent = begin - line_start;
+    let end = begin + text[begin..].find(END)? + END.len();
+    let after = text[end..].strip_prefix('\n').unwrap_or(&text[end..]);
+    Some(format!(
+        "{}{}{after}",
+        &text[..line_start],
+        xrd_block(indent)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unchanged_guards_every_step() {
+        assert_eq!(
+            unchanged("gpu.driverInstallerURL"),
+            "has(self.gpu) == has(oldSelf.gpu) && (!has(self.gpu) || has(self.gpu.driverInstallerURL) == has(oldSelf.gpu.driverInstallerURL) && (!has(self.gpu.driverInstallerURL) || self.gpu.driverInstallerURL == oldSelf.gpu.driverInstallerURL))"
+        );
+    }
+
+    #[test]
+    fn paths_are_unique() {
+        let mut p: Vec<_> = FIELDS.iter().map(|f| f.path).collect();
+        p.sort_unstable();
+        p.dedup();
+        assert_eq!(p.len(), FIELDS.len());
+    }
+}
