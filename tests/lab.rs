@@ -71,11 +71,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let scenarios: [Scenario; 11] = [
+    let scenarios: [Scenario; 12] = [
         ("install", install),
         ("provision", provision),
         ("operation", operation),
         ("operation-any-namespace", operation_any_namespace),
+        ("hosts-on-their-way", hosts_on_their_way),
         ("edits", edits),
         ("host-error", host_error),
         ("fleet-and-secrets", fleet_and_secrets),
@@ -520,6 +521,19 @@ fn rack_b_hosts() -> Vec<Value> {
 /// Writes a rack-b host's status: `state`, and an error message with its
 /// count.
 fn set_host_status(lab: &Lab, host: &str, state: &str, error: &str, count: u32) -> Outcome {
+    set_host_status_in(lab, RACK_B, host, state, error, count)
+}
+
+/// Writes the status of a host no BMO manages (outside the inventory
+/// namespace), as BMO would.
+fn set_host_status_in(
+    lab: &Lab,
+    ns: &str,
+    host: &str,
+    state: &str,
+    error: &str,
+    count: u32,
+) -> Outcome {
     let patch = json!({"status": {
         "operationalStatus": if error.is_empty() { "OK" } else { "error" },
         // Merge patch: null removes it (it has no empty value).
@@ -535,7 +549,7 @@ fn set_host_status(lab: &Lab, host: &str, state: &str, error: &str, count: u32) 
             "baremetalhost",
             host,
             "-n",
-            RACK_B,
+            ns,
             "--subresource=status",
             "--type=merge",
             "-p",
@@ -971,6 +985,7 @@ fn fleet_and_secrets(lab: &Lab) -> Outcome {
         },
     )
     .map_err(|e| format!("{e}; outside the namespace: {:?}", fleet_outside(lab, R740)))?;
+    cilium_and_kube_proxy(lab, R740, true)?;
     no_client_key_outside_secrets(lab, &kubeconfig)
 }
 
@@ -1150,8 +1165,12 @@ fn patch_xr(lab: &Lab, xr: &str, patch: &Value) -> Result<String, String> {
 /// Warning events the function raised on the XR with this reason, counting
 /// repeats (Kubernetes folds a repeated event into one with a count).
 fn warning_count(lab: &Lab, xr: &str, reason: &str) -> u64 {
+    warning_count_in(lab, NS, xr, reason)
+}
+
+fn warning_count_in(lab: &Lab, ns: &str, xr: &str, reason: &str) -> u64 {
     lab.kube
-        .list("events", Some(NS))
+        .list("events", Some(ns))
         .iter()
         .filter(|e| {
             str_at(e, "/involvedObject/kind") == "MetalCluster"
@@ -1205,6 +1224,7 @@ fn edits(lab: &Lab) -> Outcome {
         cp == json!({"desiredReplicas": 1, "replicas": 1, "upToDateReplicas": 1, "readyReplicas": 1, "rollingOut": false}),
         || format!("status.controlPlane of a settled r730: {cp}"),
     )?;
+    cilium_and_kube_proxy(lab, R730, false)?;
     let generation = x.pointer("/metadata/generation").cloned();
     // One valid new value per refused field (valid for the schema, so the
     // refusal is the edit rule's).
@@ -1303,21 +1323,23 @@ fn edits(lab: &Lab) -> Outcome {
             .unwrap_or(0)
     };
     let before = revision(lab);
-    patch_xr(
-        lab,
-        XR,
-        &json!({"spec": {"cni": {"ciliumVersion": "1.18.5"}}}),
-    )?;
+    // The other chart version than the current one (a kept lab may run
+    // this twice).
+    let x = get(lab, "metalcluster", XR).ok_or("r730 missing")?;
+    let from = str_at(&x, "/spec/cni/ciliumVersion").to_string();
+    let [a, b] = xtask::lab::charts::CHART_VERSIONS;
+    let to = if from == a { b } else { a };
+    patch_xr(lab, XR, &json!({"spec": {"cni": {"ciliumVersion": to}}}))?;
     let t = Instant::now();
     wait(
-        "the Release upgraded to 1.18.5 and Ready, the XR Ready",
+        &format!("the Release upgraded to {to} and Ready, the XR Ready"),
         300,
         || {
             let r = get(lab, "releases.helm.m.crossplane.io", &release);
             let x = get(lab, "metalcluster", XR);
             r.as_ref().is_some_and(|r| {
                 !str_at(r, "/status/atProvider/releaseDescription").is_empty()
-                    && str_at(r, "/spec/forProvider/chart/version") == "1.18.5"
+                    && str_at(r, "/spec/forProvider/chart/version") == to
             }) && revision(lab) > before
                 && is_true(&r, "Ready")
                 && is_true(&x, "Ready")
@@ -1331,7 +1353,7 @@ fn edits(lab: &Lab) -> Outcome {
         || "the Release does not wait for its resources".into(),
     )?;
     println!(
-        "  cni.ciliumVersion 1.18.4 -> 1.18.5 applied in place: release revision {before} -> {}, Ready again in {:.1} s",
+        "  cni.ciliumVersion {from} -> {to} applied in place: release revision {before} -> {}, Ready again in {:.1} s",
         revision(lab),
         t.elapsed().as_secs_f64()
     );
@@ -1409,6 +1431,171 @@ fn host_error(lab: &Lab) -> Outcome {
         "  host recovered; XR Ready again in {:.1} s; BMO retried {} times; 1 Warning event",
         t.elapsed().as_secs_f64(),
         count(lab).max(first)
+    );
+    Ok(())
+}
+
+const RACK_C: &str = "rack-c";
+
+/// A pool whose only host is still being inspected is not "no available
+/// host": the XR names the host and its state, without a Warning. Once the
+/// host is in error and nothing else is coming, the Warning comes, once,
+/// and the condition says why the host was passed over. The hosts are
+/// outside BMO's namespace; the test writes their status as BMO would.
+fn hosts_on_their_way(lab: &Lab) -> Outcome {
+    lab.kube
+        .run(&[
+            "delete",
+            "namespace",
+            RACK_C,
+            "--ignore-not-found",
+            "--timeout=180s",
+        ])
+        .map_err(|e| e.to_string())?;
+    lab.kube
+        .apply(&[
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RACK_C}}),
+            json!({
+                "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": "c1-bmc", "namespace": RACK_C},
+                "stringData": {"username": "root", "password": "lab-only"},
+            }),
+            json!({
+                "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                "metadata": {"name": "c1", "namespace": RACK_C, "labels": {"metal.kube.farm/pool": "rack-c"}},
+                "spec": {
+                    "online": false,
+                    "bootMACAddress": "18:66:da:00:0c:01",
+                    "bmc": {"address": "redfish://192.168.120.51/redfish/v1/Systems/1", "credentialsName": "c1-bmc"},
+                },
+            }),
+        ])
+        .map_err(|e| e.to_string())?;
+    set_host_status_in(lab, RACK_C, "c1", "inspecting", "", 0)?;
+    let mut xr = example_xr()?;
+    xr["metadata"] = json!({"name": "otw", "namespace": RACK_C});
+    xr["spec"]["host"]["pool"] = json!("rack-c");
+    lab.kube.apply(&[xr]).map_err(|e| e.to_string())?;
+    let claimed = |lab: &Lab| {
+        lab.kube
+            .get("metalcluster", "otw", Some(RACK_C))
+            .map(|x| xr_condition(&x, "HostClaimed"))
+            .unwrap_or_default()
+    };
+    for state in ["inspecting", "preparing"] {
+        set_host_status_in(lab, RACK_C, "c1", state, "", 0)?;
+        wait(
+            &format!("the XR naming c1 ({state}) as on its way"),
+            90,
+            || {
+                let (_, reason, msg) = claimed(lab);
+                reason == "HostOnTheWay" && msg.contains(&format!("c1 ({state})"))
+            },
+        )
+        .map_err(|e| format!("{e}; HostClaimed: {:?}", claimed(lab)))?;
+    }
+    let (_, _, msg) = claimed(lab);
+    println!("  {msg}");
+    check(
+        warning_count_in(lab, RACK_C, "otw", "NoAvailableHost") == 0,
+        || "a host on its way raised the no-available-host Warning".into(),
+    )?;
+    set_host_status_in(lab, RACK_C, "c1", "available", "power management error", 1)?;
+    wait("the XR saying no host is available, and why", 90, || {
+        let (_, reason, msg) = claimed(lab);
+        reason == "NoAvailableHost"
+            && msg.contains("c1: provisioning error: power management error")
+    })
+    .map_err(|e| format!("{e}; HostClaimed: {:?}", claimed(lab)))?;
+    let (_, _, msg) = claimed(lab);
+    println!("  {msg}");
+    // Later reconciles keep the condition and raise no second event.
+    set_host_status_in(lab, RACK_C, "c1", "available", "power management error", 2)?;
+    std::thread::sleep(Duration::from_secs(35));
+    let n = warning_count_in(lab, RACK_C, "otw", "NoAvailableHost");
+    check(n == 1, || {
+        format!("{n} NoAvailableHost Warning events, want 1")
+    })?;
+    lab.kube
+        .run(&[
+            "delete",
+            "metalcluster",
+            "otw",
+            "-n",
+            RACK_C,
+            "--timeout=300s",
+        ])
+        .map_err(|e| e.to_string())?;
+    lab.kube
+        .run(&["delete", "namespace", RACK_C, "--timeout=180s"])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// An object inside `who`'s workload cluster, read with its kubeconfig.
+fn workload_get(
+    lab: &Lab,
+    who: Subject,
+    kind: &str,
+    name: &str,
+    ns: &str,
+) -> Result<Option<Value>, String> {
+    use base64::Engine;
+    let secret = get(lab, "secret", &format!("{}-kubeconfig", who.cluster()))
+        .ok_or_else(|| format!("no kubeconfig Secret of {}", who.cluster()))?;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(str_at(&secret, "/data/value"))
+        .map_err(|e| format!("kubeconfig Secret: {e}"))?;
+    let path = lab.state.join(format!("{}-workload.kubeconfig", who.xr));
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    let path = path.display().to_string();
+    match lab.kube.run(&[
+        "--kubeconfig",
+        &path,
+        "get",
+        kind,
+        name,
+        "-n",
+        ns,
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ]) {
+        Ok(out) if out.trim().is_empty() => Ok(None),
+        Ok(out) => serde_json::from_str(&out)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Cilium's values as its chart rendered them in the workload cluster, and
+/// whether kubeadm installed kube-proxy: L2 announcements only with
+/// kube-proxy replacement, and then no kube-proxy.
+fn cilium_and_kube_proxy(lab: &Lab, who: Subject, replaced: bool) -> Outcome {
+    let cm = workload_get(lab, who, "configmap", "cilium-config", "kube-system")?
+        .ok_or("no cilium-config in the workload cluster")?;
+    let want = if replaced { "true" } else { "false" };
+    for key in ["kube-proxy-replacement", "enable-l2-announcements"] {
+        check(str_at(&cm, &format!("/data/{key}")) == want, || {
+            format!(
+                "{}: cilium-config {key}={:?}, want {want}",
+                who.xr,
+                cm.pointer(&format!("/data/{key}"))
+            )
+        })?;
+    }
+    let kube_proxy = workload_get(lab, who, "daemonset", "kube-proxy", "kube-system")?.is_some();
+    check(kube_proxy != replaced, || {
+        format!(
+            "{}: kube-proxy installed={kube_proxy} with kube-proxy replacement={replaced}",
+            who.xr
+        )
+    })?;
+    println!(
+        "  {}: kube-proxy replacement and L2 announcements {want}, kube-proxy DaemonSet {}",
+        who.xr,
+        if kube_proxy { "present" } else { "absent" }
     );
     Ok(())
 }
