@@ -42,133 +42,38 @@ const NETWORK: &str = "the node's network data and address pool are fixed at pro
 use Class::{InPlace, Refused};
 
 /// Every field of `spec`, in the XRD's order.
+#[rustfmt::skip]
 pub const FIELDS: &[Field] = &[
-    Field {
-        path: "host.pool",
-        class: Refused,
-        effect: "the claimed host stays claimed; a new pool would only select hosts for machines that are never created",
-    },
-    Field {
-        path: "host.bootInterface",
-        class: Refused,
-        effect: NETWORK,
-    },
-    Field {
-        path: "network.nodeIP",
-        class: Refused,
-        effect: NETWORK,
-    },
-    Field {
-        path: "network.prefix",
-        class: Refused,
-        effect: NETWORK,
-    },
-    Field {
-        path: "network.gateway",
-        class: Refused,
-        effect: NETWORK,
-    },
-    Field {
-        path: "network.dnsServer",
-        class: Refused,
-        effect: NETWORK,
-    },
-    Field {
-        path: "network.podCIDR",
-        class: Refused,
-        effect: "kubeadm fixes the pod network when the cluster is created",
-    },
-    Field {
-        path: "network.serviceCIDR",
-        class: Refused,
-        effect: "kubeadm fixes the service network when the cluster is created",
-    },
-    Field {
-        path: "network.loadBalancer",
-        class: InPlace,
-        effect: "the Cilium LB IPAM pool's range is updated; adding or removing it is refused (it switches kube-proxy replacement, fixed at creation)",
-    },
-    Field {
-        path: "kubernetes.version",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "kubernetes.nodeLabels",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "kubernetes.imageURL",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "kubernetes.imageChecksum",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "kubernetes.imageChecksumType",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "kubernetes.imageDiskFormat",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "cni.ciliumVersion",
-        class: InPlace,
-        effect: "helm upgrades the Cilium release; the XR is not Ready until its pods are",
-    },
-    Field {
-        path: "cni.chartRepository",
-        class: InPlace,
-        effect: "the release is fetched from the new repository at its next upgrade",
-    },
-    Field {
-        path: "gpu",
-        class: Refused,
-        effect: "adding or removing the driver changes the node's first-boot commands",
-    },
-    Field {
-        path: "gpu.driverInstallerURL",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "gpu.driverInstallerChecksum",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "gpu.model",
-        class: InPlace,
-        effect: "the Modelplane InferenceClass is updated",
-    },
-    Field {
-        path: "gpu.count",
-        class: InPlace,
-        effect: "the Modelplane InferenceClass is updated",
-    },
-    Field {
-        path: "gpu.memory",
-        class: InPlace,
-        effect: "the Modelplane InferenceClass is updated",
-    },
-    Field {
-        path: "access",
-        class: Refused,
-        effect: MACHINE,
-    },
-    Field {
-        path: "inference",
-        class: InPlace,
-        effect: "the Modelplane objects are created, updated or removed; the cluster itself is untouched",
-    },
+    Field { path: "host.pool", class: Refused, effect: "the claimed host stays claimed; a new pool would only select hosts for machines that are never created" },
+    Field { path: "host.bootInterface", class: Refused, effect: NETWORK },
+    Field { path: "network.nodeIP", class: Refused, effect: NETWORK },
+    Field { path: "network.prefix", class: Refused, effect: NETWORK },
+    Field { path: "network.gateway", class: Refused, effect: NETWORK },
+    Field { path: "network.dnsServer", class: Refused, effect: NETWORK },
+    Field { path: "network.podCIDR", class: Refused, effect: "kubeadm fixes the pod network when the cluster is created" },
+    Field { path: "network.serviceCIDR", class: Refused, effect: "kubeadm fixes the service network when the cluster is created" },
+    Field { path: "network.loadBalancer", class: InPlace, effect: "the Cilium LB IPAM pool's range is updated; adding or removing it is refused (it switches kube-proxy replacement, fixed at creation)" },
+    Field { path: "kubernetes.version", class: Refused, effect: MACHINE },
+    Field { path: "kubernetes.nodeLabels", class: Refused, effect: MACHINE },
+    Field { path: "kubernetes.imageURL", class: Refused, effect: MACHINE },
+    Field { path: "kubernetes.imageChecksum", class: Refused, effect: MACHINE },
+    Field { path: "kubernetes.imageChecksumType", class: Refused, effect: MACHINE },
+    Field { path: "kubernetes.imageDiskFormat", class: Refused, effect: MACHINE },
+    Field { path: "cni.ciliumVersion", class: InPlace, effect: "helm upgrades the Cilium release; the XR is not Ready until its pods are" },
+    Field { path: "cni.chartRepository", class: InPlace, effect: "the release is fetched from the new repository at its next upgrade" },
+    Field { path: "gpu", class: Refused, effect: "adding or removing the driver changes the node's first-boot commands" },
+    Field { path: "gpu.driverInstallerURL", class: Refused, effect: MACHINE },
+    Field { path: "gpu.driverInstallerChecksum", class: Refused, effect: MACHINE },
+    Field { path: "gpu.model", class: InPlace, effect: "the Modelplane InferenceClass is updated" },
+    Field { path: "gpu.count", class: InPlace, effect: "the Modelplane InferenceClass is updated" },
+    Field { path: "gpu.memory", class: InPlace, effect: "the Modelplane InferenceClass is updated" },
+    Field { path: "access", class: Refused, effect: MACHINE },
+    Field { path: "inference", class: InPlace, effect: "joining, leaving (also enabled: false) and every setting below are applied to the Modelplane objects; the machine is untouched (its pool label is set from the start)" },
+    Field { path: "inference.nodePool", class: Refused, effect: "it is the node's label modelplane.ai/pool, set at provisioning (default gpu, also when the cluster is not in the fleet)" },
 ];
+
+/// The pool label's value as the node has it: `gpu` unless set.
+const POOL: &str = "(has(self.inference) && has(self.inference.nodePool) ? self.inference.nodePool : 'gpu') == (has(oldSelf.inference) && has(oldSelf.inference.nodePool) ? oldSelf.inference.nodePool : 'gpu')";
 
 /// What to do instead of a refused edit.
 pub const INSTEAD: &str =
@@ -225,6 +130,13 @@ pub fn rules() -> Vec<Rule> {
             Class::Refused if parent => out.push(Rule {
                 rule: same_presence(f.path),
                 message: format!("spec.{} cannot be added or removed: {}; {INSTEAD}", f.path, f.effect),
+                field_path,
+            }),
+            // Compared by effective value: adding the settings with the
+            // default pool changes nothing on the node.
+            Class::Refused if f.path == "inference.nodePool" => out.push(Rule {
+                rule: POOL.into(),
+                message: refusal(f),
                 field_path,
             }),
             Class::Refused => out.push(Rule {

@@ -153,6 +153,40 @@ fn check_device(r: &mut Reader, path: &str, d: &Value) {
     }
 }
 
+/// The node's Modelplane pool label value: `spec.inference.nodePool`
+/// (default `gpu`), whether or not the cluster is in the fleet. The label
+/// is on every node from its first boot, so joining or leaving the fleet
+/// never changes the machine (which a single node could not roll).
+pub fn node_pool(r: &mut Reader, xr: &Value, parsed: Option<&Inference>) -> String {
+    if let Some(inf) = parsed {
+        return inf.node_pool.clone();
+    }
+    let pool = r
+        .opt_str(xr, "spec.inference.nodePool")
+        .unwrap_or_else(|| DEFAULT_NODE_POOL.into());
+    if validate::dns_label(&pool).is_err() || pool.len() > 40 {
+        r.fail(
+            "spec.inference.nodePool",
+            Some(&Value::String(pool.clone())),
+            "must be a DNS label of at most 40 characters (Modelplane node pool name)",
+        );
+    }
+    pool
+}
+
+/// The node labels may not contradict the pool label MetalPlane sets.
+pub fn check_pool_label(mc: &MetalCluster) -> Option<FieldError> {
+    let v = mc.spec.kubernetes.node_labels.get(POOL_LABEL)?;
+    (v != &mc.spec.node_pool).then(|| FieldError {
+        path: format!("spec.kubernetes.nodeLabels[{:?}]", POOL_LABEL),
+        value: Some(show(&Value::String(v.clone()))),
+        reason: format!(
+            "conflicts with spec.inference.nodePool {:?} (default gpu); drop the label, MetalPlane sets it",
+            mc.spec.node_pool
+        ),
+    })
+}
+
 /// Parses `spec.inference`. None when absent or `enabled: false`.
 pub fn parse(
     r: &mut Reader,
@@ -331,18 +365,6 @@ pub fn check(mc: &MetalCluster) -> Vec<FieldError> {
             "spec.network.loadBalancer",
             None,
             "is required with spec.inference: the inference gateway needs LoadBalancer addresses (a range or CIDR in the node subnet)",
-        ));
-    }
-    if let Some(v) = mc.spec.kubernetes.node_labels.get(POOL_LABEL)
-        && v != &inf.node_pool
-    {
-        out.push(err(
-            &format!("spec.kubernetes.nodeLabels[{:?}]", POOL_LABEL),
-            Some(&Value::String(v.clone())),
-            format!(
-                "conflicts with spec.inference.nodePool {:?}; drop the label, MetalPlane sets it",
-                inf.node_pool
-            ),
         ));
     }
     out

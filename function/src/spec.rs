@@ -79,6 +79,8 @@ pub struct Spec {
     pub gpu: Option<Gpu>,
     pub access: Option<Access>,
     pub inference: Option<crate::inference::Inference>,
+    /// The Modelplane pool label every node carries (`spec.inference.nodePool`).
+    pub node_pool: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -339,6 +341,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     let gpu = parse_gpu(&mut r, xr);
     let access = parse_access(&mut r, xr);
     let inference = crate::inference::parse(&mut r, xr, name.as_deref(), &namespace);
+    let node_pool = crate::inference::node_pool(&mut r, xr, inference.as_ref());
 
     if !r.errors.is_empty() {
         return Err(r.errors);
@@ -380,10 +383,12 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
                     gpu: gpu.flatten(),
                     access: access.flatten(),
                     inference,
+                    node_pool,
                 },
             };
             // Rules across sections need the whole, otherwise valid spec.
-            let errors = crate::inference::check(&mc);
+            let mut errors = crate::inference::check(&mc);
+            errors.extend(crate::inference::check_pool_label(&mc));
             if errors.is_empty() {
                 Ok(mc)
             } else {

@@ -38,15 +38,14 @@ pub fn node_labels_arg(labels: &BTreeMap<String, String>) -> String {
     out
 }
 
-/// The spec's node labels plus the Modelplane pool label when inference is on.
+/// The spec's node labels plus the Modelplane pool label (always: joining
+/// the fleet later must not need a new machine).
 pub fn node_labels(mc: &MetalCluster) -> BTreeMap<String, String> {
     let mut labels = mc.spec.kubernetes.node_labels.clone();
-    if let Some(inf) = &mc.spec.inference {
-        labels.insert(
-            crate::inference::POOL_LABEL.to_string(),
-            inf.node_pool.clone(),
-        );
-    }
+    labels.insert(
+        crate::inference::POOL_LABEL.to_string(),
+        mc.spec.node_pool.clone(),
+    );
     labels
 }
 
