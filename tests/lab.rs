@@ -1228,7 +1228,7 @@ fn edits(lab: &Lab) -> Outcome {
     let generation = x.pointer("/metadata/generation").cloned();
     // One valid new value per refused field (valid for the schema, so the
     // refusal is the edit rule's).
-    let refused: [(&str, Value); 17] = [
+    let refused: [(&str, Value); 20] = [
         ("host.pool", json!({"host": {"pool": "r740"}})),
         (
             "host.bootInterface",
@@ -1285,7 +1285,27 @@ fn edits(lab: &Lab) -> Outcome {
         ),
         ("gpu", json!({"gpu": null})),
         ("access", json!({"access": {"username": "ops"}})),
+        (
+            "kubernetes.imageChecksum",
+            json!({"kubernetes": {"imageChecksum": "0".repeat(64)}}),
+        ),
+        (
+            "gpu.driverInstallerChecksum",
+            json!({"gpu": {"driverInstallerChecksum": "1".repeat(64)}}),
+        ),
+        (
+            "inference.nodePool",
+            json!({"inference": {"nodePool": "a100"}}),
+        ),
     ];
+    // Every refused field of the table is tried here.
+    for f in metalplane::fields::FIELDS {
+        if f.class == metalplane::fields::Class::Refused {
+            check(refused.iter().any(|(p, _)| *p == f.path), || {
+                format!("no live edit of the refused field spec.{}", f.path)
+            })?;
+        }
+    }
     for (path, spec) in &refused {
         let out = patch_xr(lab, XR, &json!({"spec": spec}));
         let Err(e) = out else {

@@ -158,9 +158,14 @@ fn check_device(r: &mut Reader, path: &str, d: &Value) {
 /// is on every node from its first boot, so joining or leaving the fleet
 /// never changes the machine (which a single node could not roll).
 pub fn node_pool(r: &mut Reader, xr: &Value, parsed: Option<&Inference>) -> String {
-    if let Some(inf) = parsed {
-        return inf.node_pool.clone();
+    match parsed {
+        Some(inf) => inf.node_pool.clone(),
+        None => read_node_pool(r, xr),
     }
+}
+
+/// `spec.inference.nodePool`, validated, or the default.
+fn read_node_pool(r: &mut Reader, xr: &Value) -> String {
     let pool = r
         .opt_str(xr, "spec.inference.nodePool")
         .unwrap_or_else(|| DEFAULT_NODE_POOL.into());
@@ -212,16 +217,7 @@ pub fn parse(
     }
     let name = xr_name.unwrap_or_default();
 
-    let node_pool = r
-        .opt_str(xr, "spec.inference.nodePool")
-        .unwrap_or_else(|| DEFAULT_NODE_POOL.into());
-    if validate::dns_label(&node_pool).is_err() || node_pool.len() > 40 {
-        r.fail(
-            "spec.inference.nodePool",
-            Some(&Value::String(node_pool.clone())),
-            "must be a DNS label of at most 40 characters (Modelplane node pool name)",
-        );
-    }
+    let node_pool = read_node_pool(r, xr);
     let subdomain = |s: &str| {
         !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| validate::dns_label(l).is_ok())
     };
