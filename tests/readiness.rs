@@ -546,3 +546,33 @@ fn cluster_ready_needs_available_true_not_just_existence() {
     obs.insert("cluster", c);
     assert!(!ready_of(&compose(&request(&xr, &obs, Some(&[]))))["cluster"]);
 }
+
+fn ttl_of(rsp: &RunFunctionResponse) -> Option<i64> {
+    rsp.meta.as_ref().and_then(|m| m.ttl).map(|t| t.seconds)
+}
+
+/// The host is not watched: while it moves, the XR looks again within
+/// seconds; while it waits on people or is settled, slowly.
+#[test]
+fn the_next_look_comes_sooner_while_a_host_moves() {
+    let xr = example_xr();
+    let empty = BTreeMap::new();
+    let ttl = |hosts: &[Value]| ttl_of(&compose(&request(&xr, &empty, Some(hosts))));
+    assert_eq!(ttl(&[]), Some(30), "no host: waiting on people");
+    assert_eq!(
+        ttl(&[host("r730", "inspecting", None, false)]),
+        Some(5),
+        "on its way"
+    );
+    assert_eq!(
+        ttl(&[host("r730", "available", None, false)]),
+        Some(5),
+        "about to be claimed"
+    );
+    let claimed = |state: &str| host("r730", state, Some("r730-cluster-x7k2p"), true);
+    assert_eq!(ttl(&[claimed("provisioning")]), Some(5));
+    assert_eq!(ttl(&[claimed("provisioned")]), Some(5), "bootstrapping");
+    let mut failing = claimed("provisioning");
+    failing["status"]["errorMessage"] = json!("boom");
+    assert_eq!(ttl(&[failing]), Some(30), "BMO retries on its own schedule");
+}

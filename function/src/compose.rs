@@ -22,9 +22,32 @@ pub const HOSTS_REQUIREMENT: &str = "hosts";
 pub const BMH_API_VERSION: &str = "metal3.io/v1alpha1";
 pub const BMH_KIND: &str = "BareMetalHost";
 
-/// Requeue quickly while provisioning so progress shows; slowly once Ready.
-pub const TTL_PROGRESSING: Duration = Duration::from_secs(30);
+/// How soon Crossplane calls again: with realtime compositions it requeues
+/// after the response's TTL, and nothing else tells it that a host (a
+/// required resource, not watched) changed. Quick while something is on its
+/// way, so the status follows the host within seconds; slow while waiting
+/// on people (no host, a host in error) and once settled.
+pub const TTL_MOVING: Duration = Duration::from_secs(5);
+pub const TTL_WAITING: Duration = Duration::from_secs(30);
 pub const TTL_READY: Duration = Duration::from_secs(60);
+
+pub fn ttl(phase: Phase, pool: &Pool<'_>) -> Duration {
+    match phase {
+        Phase::Ready | Phase::InferenceReady => TTL_READY,
+        Phase::Provisioning | Phase::Bootstrapping | Phase::InstallingCNI | Phase::RollingOut => {
+            TTL_MOVING
+        }
+        Phase::WaitingForHost => match pool {
+            Pool::Unclaimed {
+                claimable,
+                on_the_way,
+                ..
+            } if *claimable > 0 || !on_the_way.is_empty() => TTL_MOVING,
+            _ => TTL_WAITING,
+        },
+        Phase::HostError | Phase::JoiningFleet => TTL_WAITING,
+    }
+}
 
 /// Condition type that reports whether a host has been claimed.
 pub const HOST_CLAIMED: &str = "HostClaimed";
@@ -219,7 +242,7 @@ fn observed_condition_reason(xr: &Value, typ: &str) -> Option<String> {
 /// Runs the composition for one request.
 pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     let Some(xr) = request::observed_composite(req).and_then(|r| r.resource.as_ref()) else {
-        let mut rsp = response::to(req, TTL_PROGRESSING);
+        let mut rsp = response::to(req, TTL_WAITING);
         response::fatal(
             &mut rsp,
             "the request has no observed composite resource (MetalCluster)",
@@ -231,7 +254,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     let mc = match spec::parse(&xr) {
         Ok(mc) => mc,
         Err(errors) => {
-            let mut rsp = response::to(req, TTL_PROGRESSING);
+            let mut rsp = response::to(req, TTL_WAITING);
             response::fatal(&mut rsp, fatal_message(&xr, &errors));
             return rsp;
         }
@@ -242,12 +265,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
     let pool = status::pool_state(hosts.as_deref(), &names);
     let phase = status::phase(&observed, &pool, mc.spec.inference.is_some());
-    let ttl = if phase == Phase::Ready {
-        TTL_READY
-    } else {
-        TTL_PROGRESSING
-    };
-    let mut rsp = response::to(req, ttl);
+    let mut rsp = response::to(req, ttl(phase, &pool));
 
     // BareMetalHosts are inventory: read, never composed.
     response::require_resources(
