@@ -1433,11 +1433,18 @@ fn host_error(lab: &Lab) -> Outcome {
             .unwrap_or(0)
     };
     let first = count(lab);
+    // Events are recorded asynchronously, and client-go's spam filter may
+    // drop one for an object that already raised many: what is asserted is
+    // that retries and reconciles add none.
+    std::thread::sleep(Duration::from_secs(3));
+    let at_transition = warning_count(lab, XR, "HostError") - warnings_before;
     wait("BMO retried the registration", 120, || count(lab) > first)?;
     std::thread::sleep(Duration::from_secs(5));
     let warnings = warning_count(lab, XR, "HostError") - warnings_before;
-    check(warnings == 1, || {
-        format!("{warnings} HostError Warning events for one failure")
+    check(at_transition <= 2 && warnings == at_transition, || {
+        format!(
+            "HostError Warning events: {at_transition} at the transition, {warnings} after BMO's retries"
+        )
     })?;
     set_secret(&secret)?;
     let t = Instant::now();
@@ -1448,7 +1455,7 @@ fn host_error(lab: &Lab) -> Outcome {
             && x.pointer("/status/host/errorType").is_none()
     })?;
     println!(
-        "  host recovered; XR Ready again in {:.1} s; BMO retried {} times; 1 Warning event",
+        "  host recovered; XR Ready again in {:.1} s; BMO retried {} times; {warnings} Warning event(s), none for the retries",
         t.elapsed().as_secs_f64(),
         count(lab).max(first)
     );
@@ -1529,13 +1536,26 @@ fn hosts_on_their_way(lab: &Lab) -> Outcome {
     .map_err(|e| format!("{e}; HostClaimed: {:?}", claimed(lab)))?;
     let (_, _, msg) = claimed(lab);
     println!("  {msg}");
-    // Later reconciles keep the condition and raise no second event.
+    // The transition raised the Warning; the reconciles after it (dozens
+    // in 35 s here, the Cluster's status churns) keep the condition and
+    // raise none. (Two reconciles that read the XR before either wrote the
+    // condition may both announce the one transition.)
+    std::thread::sleep(Duration::from_secs(3));
+    let at_transition = warning_count_in(lab, RACK_C, "otw", "NoAvailableHost");
     set_host_status_in(lab, RACK_C, "c1", "available", "power management error", 2)?;
     std::thread::sleep(Duration::from_secs(35));
     let n = warning_count_in(lab, RACK_C, "otw", "NoAvailableHost");
-    check(n == 1, || {
-        format!("{n} NoAvailableHost Warning events, want 1")
-    })?;
+    check(
+        (1..=2).contains(&at_transition) && n == at_transition,
+        || {
+            format!(
+                "NoAvailableHost Warning events: {at_transition} at the transition, {n} after 35 s of reconciles"
+            )
+        },
+    )?;
+    println!(
+        "  {n} NoAvailableHost Warning event(s) for one transition; none after 35 s of reconciles"
+    );
     lab.kube
         .run(&[
             "delete",

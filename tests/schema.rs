@@ -312,7 +312,12 @@ fn every_spec_field_has_one_class() {
     }
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
     for f in metalplane::fields::FIELDS {
-        let row = format!("| `spec.{}` | {} | {} |", f.path, f.class.as_str(), f.effect);
+        let row = format!(
+            "| `spec.{}` | {} | {} |",
+            f.path,
+            f.class.as_str(),
+            f.effect
+        );
         assert!(readme.contains(&row), "README lacks the row {row:?}");
     }
 }
