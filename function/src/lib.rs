@@ -1,6 +1,7 @@
 //! MetalPlane: a Crossplane composition function that turns one
 //! `MetalCluster` into the Metal3 + Cluster API graph of a GPU node.
 
+pub mod api;
 pub mod builders;
 pub mod compose;
 pub mod fields;
@@ -13,6 +14,7 @@ pub mod render;
 pub mod spec;
 pub mod status;
 pub mod validate;
+pub mod xrd;
 
 /// The built-in example, rendered when `render` gets no file.
 pub const EXAMPLE_XR: &str = include_str!("../../examples/metalcluster/r730.yaml");
