@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use serde_json::{Value, json};
 
-use crate::spec::{FieldError, MetalCluster, Reader, show};
+use crate::reader::Reader;
 use crate::validate;
 
 /// Modelplane reads adopted clusters' kubeconfigs from this namespace only.
@@ -179,19 +179,6 @@ fn read_node_pool(r: &mut Reader, xr: &Value) -> String {
     pool
 }
 
-/// The node labels may not contradict the pool label MetalPlane sets.
-pub fn check_pool_label(mc: &MetalCluster) -> Option<FieldError> {
-    let v = mc.spec.kubernetes.node_labels.get(POOL_LABEL)?;
-    (v != &mc.spec.node_pool).then(|| FieldError {
-        path: format!("spec.kubernetes.nodeLabels[{:?}]", POOL_LABEL),
-        value: Some(show(&Value::String(v.clone()))),
-        reason: format!(
-            "conflicts with spec.inference.nodePool {:?} (default gpu); drop the label, MetalPlane sets it",
-            mc.spec.node_pool
-        ),
-    })
-}
-
 /// Parses `spec.inference`. None when absent or `enabled: false`.
 pub fn parse(
     r: &mut Reader,
@@ -305,105 +292,4 @@ pub fn parse(
             name: pc_name,
         },
     })
-}
-
-fn err(path: &str, value: Option<&Value>, reason: impl Into<String>) -> FieldError {
-    FieldError {
-        path: path.into(),
-        value: value.map(show),
-        reason: reason.into(),
-    }
-}
-
-/// Rules across sections, on an otherwise valid spec.
-pub fn check(mc: &MetalCluster) -> Vec<FieldError> {
-    let mut out = Vec::new();
-    let n = &mc.spec.network;
-    if let Some(lb) = &n.load_balancer {
-        let v = Value::String(format!("{}-{}", lb.first(), lb.last()));
-        let subnet = n.node_subnet();
-        if !(subnet.contains(&lb.first()) && subnet.contains(&lb.last())) {
-            out.push(err(
-                "spec.network.loadBalancer",
-                Some(&v),
-                format!("must lie inside the node subnet {subnet}, where L2 announcements reach"),
-            ));
-        } else {
-            for (what, a) in [
-                ("nodeIP", n.node_ip),
-                ("gateway", n.gateway),
-                ("dnsServer", n.dns_server),
-                ("the subnet's network address", subnet.network()),
-                ("the subnet's broadcast address", subnet.broadcast()),
-            ] {
-                if lb.contains(a) {
-                    out.push(err(
-                        "spec.network.loadBalancer",
-                        Some(&v),
-                        format!("includes {what} {a}"),
-                    ));
-                }
-            }
-        }
-    }
-    let Some(inf) = &mc.spec.inference else {
-        return out;
-    };
-    if inf.devices.is_empty() && mc.spec.gpu.is_none() {
-        out.push(err(
-            "spec.inference",
-            None,
-            "needs spec.gpu (to derive the InferenceClass devices) or spec.inference.devices",
-        ));
-    }
-    if n.load_balancer.is_none() {
-        out.push(err(
-            "spec.network.loadBalancer",
-            None,
-            "is required with spec.inference: the inference gateway needs LoadBalancer addresses (a range or CIDR in the node subnet)",
-        ));
-    }
-    out
-}
-
-/// The InferenceClass devices: the spec's, or one NVIDIA device derived
-/// from spec.gpu.
-pub fn devices(mc: &MetalCluster, inf: &Inference) -> Vec<Value> {
-    if !inf.devices.is_empty() {
-        return inf.devices.clone();
-    }
-    let gpu = mc.spec.gpu.as_ref();
-    let mut d = json!({
-        "name": "gpu",
-        "driver": NVIDIA_DRIVER,
-        "claim": "DRA",
-        "deviceClassName": NVIDIA_DRIVER,
-        "count": gpu.and_then(|g| g.count).unwrap_or(1),
-    });
-    if let Some(model) = gpu.and_then(|g| g.model.as_ref()) {
-        d["attributes"] = json!({"productName": {"string": model}});
-    }
-    if let Some(mem) = gpu.and_then(|g| g.memory.as_ref()) {
-        d["capacity"] = json!({"memory": {"value": mem}});
-    }
-    vec![d]
-}
-
-pub fn description(mc: &MetalCluster, inf: &Inference) -> String {
-    if !inf.description.is_empty() {
-        return inf.description.clone();
-    }
-    let gpu = mc.spec.gpu.as_ref();
-    let count = gpu.and_then(|g| g.count).unwrap_or(1);
-    let model = gpu
-        .and_then(|g| g.model.clone())
-        .unwrap_or_else(|| "NVIDIA GPU".into());
-    let mem = gpu
-        .and_then(|g| g.memory.as_ref())
-        .map(|m| format!(" ({m} each)"))
-        .unwrap_or_default();
-    format!(
-        "{count}x {model}{mem} on bare metal {}/{}",
-        mc.namespace, mc.name
-    )
 }

@@ -1,18 +1,23 @@
 //! MetalPlane: a Crossplane composition function that turns one
 //! `MetalCluster` into the Metal3 + Cluster API graph of a GPU node.
 
+pub mod api;
 pub mod builders;
 pub mod compose;
 pub mod fields;
 pub mod function;
 pub mod hosts;
 pub mod inference;
+pub mod kubelet;
 pub mod names;
+pub mod network;
 pub mod operate;
+pub mod reader;
 pub mod render;
 pub mod spec;
 pub mod status;
 pub mod validate;
+pub mod xrd;
 
 /// The built-in example, rendered when `render` gets no file.
 pub const EXAMPLE_XR: &str = include_str!("../../examples/metalcluster/r730.yaml");

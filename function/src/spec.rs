@@ -6,12 +6,11 @@
 //! [`FieldError`].
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::net::Ipv4Addr;
 
-use ipnet::Ipv4Net;
 use serde_json::Value;
 
+pub use crate::network::{DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, Network};
+pub use crate::reader::{FieldError, Reader, show};
 use crate::validate;
 
 /// The API group, version and kind of the composite resource.
@@ -20,47 +19,12 @@ pub const KIND: &str = "MetalCluster";
 
 /// Defaults applied when a field is omitted (the XRD declares the same).
 pub const DEFAULT_USERNAME: &str = "metal3";
-pub const DEFAULT_POD_CIDR: &str = "10.244.0.0/16";
-pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 pub const DEFAULT_CHECKSUM_TYPE: &str = "sha256";
 pub const DEFAULT_DISK_FORMAT: &str = "qcow2";
 pub const DEFAULT_CILIUM_VERSION: &str = "1.18.4";
 /// Cilium's own chart repository; `spec.cni.chartRepository` overrides it.
 pub const DEFAULT_CHART_REPOSITORY: &str = "https://helm.cilium.io";
 pub const DEFAULT_NAMESPACE: &str = "default";
-
-/// One problem with one field of the input.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    /// Dotted path of the field, e.g. `spec.network.prefix`.
-    pub path: String,
-    /// The offending value rendered as JSON, or None when the field is absent.
-    pub value: Option<String>,
-    /// What is wrong and what is accepted.
-    pub reason: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.value {
-            Some(v) => write!(f, "{} {}: {}", self.path, v, self.reason),
-            None => write!(f, "{}: {}", self.path, self.reason),
-        }
-    }
-}
-
-/// Renders a JSON value for an error message, shortened so that a huge
-/// value cannot flood an event.
-pub fn show(value: &Value) -> String {
-    let s = value.to_string();
-    const MAX: usize = 120;
-    if s.chars().count() > MAX {
-        let cut: String = s.chars().take(MAX).collect();
-        format!("{cut}...")
-    } else {
-        s
-    }
-}
 
 /// A validated MetalCluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,27 +51,6 @@ pub struct Spec {
 pub struct Host {
     pub pool: String,
     pub boot_interface: String,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Network {
-    pub node_ip: Ipv4Addr,
-    pub prefix: u8,
-    pub gateway: Ipv4Addr,
-    pub dns_server: Ipv4Addr,
-    pub pod_cidr: Ipv4Net,
-    pub service_cidr: Ipv4Net,
-    pub load_balancer: Option<crate::inference::LoadBalancer>,
-}
-
-impl Network {
-    /// The node's subnet, derived from nodeIP and prefix.
-    pub fn node_subnet(&self) -> Ipv4Net {
-        // prefix is validated to 1..=32 before a Network is built.
-        Ipv4Net::new(self.node_ip, self.prefix)
-            .map(|n| n.trunc())
-            .unwrap_or_else(|_| Ipv4Net::from(self.node_ip))
-    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -145,154 +88,6 @@ pub struct Access {
     pub ssh_authorized_keys: Vec<String>,
 }
 
-/// Walks a JSON document by dotted paths and collects typed errors.
-#[derive(Default)]
-pub struct Reader {
-    pub errors: Vec<FieldError>,
-}
-
-impl Reader {
-    pub fn fail(&mut self, path: &str, value: Option<&Value>, reason: impl Into<String>) {
-        self.errors.push(FieldError {
-            path: path.to_string(),
-            value: value.map(show),
-            reason: reason.into(),
-        });
-    }
-
-    /// Looks a dotted path up. A non-object on the way is reported once and
-    /// treated as absent.
-    pub fn lookup<'v>(&mut self, root: &'v Value, path: &str) -> Option<&'v Value> {
-        let mut cur = root;
-        // Byte offset of the end of the parent path walked so far; the
-        // parent's name is only built when it is not an object.
-        let mut parent_end: usize = 0;
-        for part in path.split('.') {
-            match cur {
-                Value::Object(m) => match m.get(part) {
-                    Some(Value::Null) | None => return None,
-                    Some(v) => cur = v,
-                },
-                other => {
-                    let parent = &path[..parent_end.saturating_sub(1)];
-                    if !self.errors.iter().any(|e| e.path == parent) {
-                        self.fail(parent, Some(other), "must be an object");
-                    }
-                    return None;
-                }
-            }
-            parent_end += part.len() + 1;
-        }
-        Some(cur)
-    }
-
-    pub fn opt_str(&mut self, root: &Value, path: &str) -> Option<String> {
-        match self.lookup(root, path)? {
-            Value::String(s) => Some(s.clone()),
-            other => {
-                self.fail(path, Some(other), "must be a string");
-                None
-            }
-        }
-    }
-
-    /// A required, non-empty string.
-    pub fn req_str(&mut self, root: &Value, path: &str) -> Option<String> {
-        let present = self.lookup(root, path).is_some();
-        match self.opt_str(root, path) {
-            Some(s) if s.trim().is_empty() => {
-                self.fail(path, Some(&Value::String(s)), "must not be empty");
-                None
-            }
-            Some(s) => Some(s),
-            None => {
-                if !present {
-                    self.fail(path, None, "is required");
-                }
-                None
-            }
-        }
-    }
-
-    pub fn opt_int(&mut self, root: &Value, path: &str) -> Option<i64> {
-        let v = self.lookup(root, path)?;
-        match v.as_i64() {
-            Some(i) => Some(i),
-            None => {
-                self.fail(path, Some(v), "must be an integer");
-                None
-            }
-        }
-    }
-
-    pub fn opt_str_map(&mut self, root: &Value, path: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        match self.lookup(root, path) {
-            None => {}
-            Some(Value::Object(m)) => {
-                for (k, v) in m {
-                    match v {
-                        Value::String(s) => {
-                            out.insert(k.clone(), s.clone());
-                        }
-                        other => self.fail(
-                            &format!("{path}[{}]", Value::String(k.clone())),
-                            Some(other),
-                            "must be a string",
-                        ),
-                    }
-                }
-            }
-            Some(other) => self.fail(path, Some(other), "must be a map of strings"),
-        }
-        out
-    }
-
-    pub fn opt_str_list(&mut self, root: &Value, path: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        match self.lookup(root, path) {
-            None => {}
-            Some(Value::Array(items)) => {
-                for (i, v) in items.iter().enumerate() {
-                    match v {
-                        Value::String(s) => out.push(s.clone()),
-                        other => {
-                            self.fail(&format!("{path}[{i}]"), Some(other), "must be a string")
-                        }
-                    }
-                }
-            }
-            Some(other) => self.fail(path, Some(other), "must be a list of strings"),
-        }
-        out
-    }
-
-    /// An optional string with a default, validated by `rule`.
-    fn defaulted(
-        &mut self,
-        root: &Value,
-        path: &str,
-        default: &str,
-        rule: fn(&str) -> Result<(), String>,
-    ) -> Option<String> {
-        let v = self
-            .opt_str(root, path)
-            .unwrap_or_else(|| default.to_string());
-        let res = rule(&v);
-        self.check(path, &v, res.map(|_| v.clone()))
-    }
-
-    fn check<T>(&mut self, path: &str, raw: &str, parsed: Result<T, String>) -> Option<T> {
-        match parsed {
-            Ok(v) => Some(v),
-            Err(reason) => {
-                self.fail(path, Some(&Value::String(raw.to_string())), reason);
-                None
-            }
-        }
-    }
-}
-
 /// Parses and validates a MetalCluster XR. Returns every problem found.
 pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     let mut r = Reader::default();
@@ -322,7 +117,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
         r.check("spec.host.bootInterface", &b, res.map(|_| b.clone()))
     });
 
-    let network = parse_network(&mut r, xr);
+    let network = crate::network::parse(&mut r, xr);
     let kubernetes = parse_kubernetes(&mut r, xr);
 
     let cilium_version = r.defaulted(
@@ -387,8 +182,8 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
                 },
             };
             // Rules across sections need the whole, otherwise valid spec.
-            let mut errors = crate::inference::check(&mc);
-            errors.extend(crate::inference::check_pool_label(&mc));
+            let mut errors = check_inference(&mc);
+            errors.extend(check_pool_label(&mc));
             if errors.is_empty() {
                 Ok(mc)
             } else {
@@ -401,58 +196,6 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
             reason: "is incomplete".into(),
         }]),
     }
-}
-
-fn parse_ipv4(r: &mut Reader, xr: &Value, path: &str) -> Option<Ipv4Addr> {
-    let raw = r.req_str(xr, path)?;
-    let res = validate::ipv4(&raw);
-    r.check(path, &raw, res)
-}
-
-fn parse_cidr(r: &mut Reader, xr: &Value, path: &str, default: &str) -> Option<Ipv4Net> {
-    let raw = r.opt_str(xr, path).unwrap_or_else(|| default.to_string());
-    let res = validate::ipv4_cidr(&raw);
-    r.check(path, &raw, res)
-}
-
-fn parse_network(r: &mut Reader, xr: &Value) -> Option<Network> {
-    let node_ip = parse_ipv4(r, xr, "spec.network.nodeIP");
-    let prefix = match r.opt_int(xr, "spec.network.prefix") {
-        None => {
-            if r.lookup(xr, "spec.network.prefix").is_none() {
-                r.fail("spec.network.prefix", None, "is required");
-            }
-            None
-        }
-        Some(p) if (1..=32).contains(&p) => Some(p as u8),
-        Some(p) => {
-            r.fail(
-                "spec.network.prefix",
-                Some(&Value::from(p)),
-                "must be between 1 and 32",
-            );
-            None
-        }
-    };
-    let gateway = parse_ipv4(r, xr, "spec.network.gateway");
-    let dns_server = parse_ipv4(r, xr, "spec.network.dnsServer");
-    let pod_cidr = parse_cidr(r, xr, "spec.network.podCIDR", DEFAULT_POD_CIDR);
-    let service_cidr = parse_cidr(r, xr, "spec.network.serviceCIDR", DEFAULT_SERVICE_CIDR);
-
-    let load_balancer = crate::inference::parse_load_balancer(r, xr);
-    let network = Network {
-        load_balancer,
-        node_ip: node_ip?,
-        prefix: prefix?,
-        gateway: gateway?,
-        dns_server: dns_server?,
-        pod_cidr: pod_cidr?,
-        service_cidr: service_cidr?,
-    };
-    for e in validate::network(&network) {
-        r.errors.push(e);
-    }
-    Some(network)
 }
 
 fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
@@ -480,15 +223,15 @@ fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
         }
     }
 
-    let arg = crate::builders::bootstrap::node_labels_arg(&node_labels);
-    if arg.len() > crate::builders::bootstrap::MAX_ARG_VALUE {
+    let arg = crate::kubelet::node_labels_arg(&node_labels);
+    if arg.len() > crate::kubelet::MAX_ARG_VALUE {
         r.fail(
             "spec.kubernetes.nodeLabels",
             None,
             format!(
                 "join into a node-labels kubelet argument of {} characters; kubeadm accepts at most {}",
                 arg.len(),
-                crate::builders::bootstrap::MAX_ARG_VALUE
+                crate::kubelet::MAX_ARG_VALUE
             ),
         );
     }
@@ -635,4 +378,81 @@ fn parse_access(r: &mut Reader, xr: &Value) -> Option<Option<Access>> {
         username,
         ssh_authorized_keys: keys,
     }))
+}
+
+fn err(path: &str, value: Option<&Value>, reason: impl Into<String>) -> FieldError {
+    FieldError {
+        path: path.into(),
+        value: value.map(show),
+        reason: reason.into(),
+    }
+}
+
+/// Rules across sections, on an otherwise valid spec.
+/// Rules across sections, once each section is valid on its own.
+pub fn check_inference(mc: &MetalCluster) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let n = &mc.spec.network;
+    if let Some(lb) = &n.load_balancer {
+        let v = Value::String(format!("{}-{}", lb.first(), lb.last()));
+        let subnet = n.node_subnet();
+        if !(subnet.contains(&lb.first()) && subnet.contains(&lb.last())) {
+            out.push(err(
+                "spec.network.loadBalancer",
+                Some(&v),
+                format!("must lie inside the node subnet {subnet}, where L2 announcements reach"),
+            ));
+        } else {
+            for (what, a) in [
+                ("nodeIP", n.node_ip),
+                ("gateway", n.gateway),
+                ("dnsServer", n.dns_server),
+                ("the subnet's network address", subnet.network()),
+                ("the subnet's broadcast address", subnet.broadcast()),
+            ] {
+                if lb.contains(a) {
+                    out.push(err(
+                        "spec.network.loadBalancer",
+                        Some(&v),
+                        format!("includes {what} {a}"),
+                    ));
+                }
+            }
+        }
+    }
+    let Some(inf) = &mc.spec.inference else {
+        return out;
+    };
+    if inf.devices.is_empty() && mc.spec.gpu.is_none() {
+        out.push(err(
+            "spec.inference",
+            None,
+            "needs spec.gpu (to derive the InferenceClass devices) or spec.inference.devices",
+        ));
+    }
+    if n.load_balancer.is_none() {
+        out.push(err(
+            "spec.network.loadBalancer",
+            None,
+            "is required with spec.inference: the inference gateway needs LoadBalancer addresses (a range or CIDR in the node subnet)",
+        ));
+    }
+    out
+}
+
+/// The node labels may not contradict the pool label MetalPlane sets.
+pub fn check_pool_label(mc: &MetalCluster) -> Option<FieldError> {
+    let v = mc
+        .spec
+        .kubernetes
+        .node_labels
+        .get(crate::inference::POOL_LABEL)?;
+    (v != &mc.spec.node_pool).then(|| FieldError {
+        path: format!("spec.kubernetes.nodeLabels[{:?}]", crate::inference::POOL_LABEL),
+        value: Some(show(&Value::String(v.clone()))),
+        reason: format!(
+            "conflicts with spec.inference.nodePool {:?} (default gpu); drop the label, MetalPlane sets it",
+            mc.spec.node_pool
+        ),
+    })
 }

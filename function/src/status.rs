@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::api;
 use crate::builders::POOL_LABEL;
 use crate::hosts;
 use crate::names::Names;
@@ -105,19 +106,22 @@ fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
 }
 
 /// The `status.host` summary of a claimed host, with BMO's error if any.
-pub fn host_summary(h: &Value) -> Value {
-    let mut s = json!({
-        "name": hosts::name(h),
-        "provisioningState": hosts::state(h),
-        "poweredOn": h.pointer("/status/poweredOn").and_then(Value::as_bool).unwrap_or(false),
-        "operationalStatus": str_at(h, "/status/operationalStatus").unwrap_or_default(),
-    });
-    if let Some(e) = hosts::error(h) {
-        s["errorType"] = json!(e.error_type);
-        s["errorMessage"] = json!(e.message);
-        s["errorCount"] = json!(e.count);
+pub fn host_summary(h: &Value) -> api::HostStatus {
+    let e = hosts::error(h);
+    api::HostStatus {
+        name: hosts::name(h).into(),
+        provisioning_state: hosts::state(h).into(),
+        powered_on: h
+            .pointer("/status/poweredOn")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        operational_status: str_at(h, "/status/operationalStatus")
+            .unwrap_or_default()
+            .into(),
+        error_type: e.as_ref().map(|e| e.error_type.clone()),
+        error_message: e.as_ref().map(|e| e.message.clone()),
+        error_count: e.as_ref().map(|e| e.count),
     }
-    s
 }
 
 /// What the function knows about the host pool.
@@ -243,40 +247,39 @@ pub fn xr_status(
     names: &Names,
     observed: &BTreeMap<String, Value>,
     pool: &Pool<'_>,
-) -> Value {
-    let mut status = json!({
-        "controlPlaneEndpoint": format!("{}:{}", mc.spec.network.node_ip, crate::builders::metal3::API_SERVER_PORT),
-        "kubeconfigSecret": names.kubeconfig_secret,
-        "hostPool": mc.spec.host.pool,
-        "controlPlaneAvailable": is_ready("cluster", observed.get("cluster")),
-        "phase": phase(observed, pool, mc.spec.inference.is_some()).as_str(),
-    });
-    if let (Some(r), Value::Object(m)) = (
-        control_plane_rollout(observed.get("kubeadmcontrolplane")),
-        &mut status,
-    ) {
-        m.insert(
-            "controlPlane".into(),
-            json!({
-                "desiredReplicas": r.desired,
-                "replicas": r.replicas,
-                "upToDateReplicas": r.up_to_date,
-                "readyReplicas": r.ready,
-                "rollingOut": r.rolling_out(),
-            }),
-        );
+) -> api::MetalClusterStatus {
+    api::MetalClusterStatus {
+        control_plane_endpoint: format!(
+            "{}:{}",
+            mc.spec.network.node_ip,
+            crate::builders::metal3::API_SERVER_PORT
+        ),
+        kubeconfig_secret: names.kubeconfig_secret.clone(),
+        host_pool: mc.spec.host.pool.clone(),
+        control_plane_available: is_ready("cluster", observed.get("cluster")),
+        phase: phase(observed, pool, mc.spec.inference.is_some())
+            .as_str()
+            .into(),
+        control_plane: control_plane_rollout(observed.get("kubeadmcontrolplane")).map(|r| {
+            api::RolloutStatus {
+                desired_replicas: r.desired,
+                replicas: r.replicas,
+                up_to_date_replicas: r.up_to_date,
+                ready_replicas: r.ready,
+                rolling_out: r.rolling_out(),
+            }
+        }),
+        host: match pool {
+            Pool::Claimed(h) => Some(host_summary(h)),
+            _ => None,
+        },
+        inference: mc.spec.inference.as_ref().map(|inf| api::InferenceStatus {
+            cluster: inf.cluster_name.clone(),
+            class: inf.class_name.clone(),
+            node_pool: inf.node_pool.clone(),
+            gateway_address: inference_gateway(observed.get("inference-cluster")),
+        }),
     }
-    if let (Pool::Claimed(h), Value::Object(m)) = (pool, &mut status) {
-        m.insert("host".into(), host_summary(h));
-    }
-    if let (Some(inf), Value::Object(m)) = (&mc.spec.inference, &mut status) {
-        let mut s = json!({"cluster": inf.cluster_name, "class": inf.class_name, "nodePool": inf.node_pool});
-        if let Some(addr) = inference_gateway(observed.get("inference-cluster")) {
-            s["gatewayAddress"] = json!(addr);
-        }
-        m.insert("inference".into(), s);
-    }
-    status
 }
 
 /// The label selector of the pool's BareMetalHosts.

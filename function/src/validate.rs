@@ -4,10 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::Ipv4Net;
-use serde_json::Value;
 
 use crate::names;
-use crate::spec::{FieldError, Network, show};
 
 type Check = Result<(), String>;
 
@@ -192,130 +190,6 @@ pub fn ipv4_cidr(raw: &str) -> Result<Ipv4Net, String> {
         return Err(format!("has host bits set: did you mean {}?", net.trunc()));
     }
     Ok(net)
-}
-
-fn err(path: &str, value: impl Into<Value>, reason: String) -> FieldError {
-    FieldError {
-        path: path.into(),
-        value: Some(show(&value.into())),
-        reason,
-    }
-}
-
-fn unusable(a: Ipv4Addr) -> Option<&'static str> {
-    if a.is_unspecified() {
-        Some("is the unspecified address")
-    } else if a.is_loopback() {
-        Some("is a loopback address")
-    } else if a.is_multicast() {
-        Some("is a multicast address")
-    } else if a.is_broadcast() {
-        Some("is the broadcast address")
-    } else {
-        None
-    }
-}
-
-/// Cross-field rules of the node network.
-pub fn network(n: &Network) -> Vec<FieldError> {
-    let mut out = Vec::new();
-    let subnet = n.node_subnet();
-    let is_edge =
-        |a: Ipv4Addr| n.prefix <= 30 && (a == subnet.network() || a == subnet.broadcast());
-
-    if let Some(why) = unusable(n.node_ip) {
-        out.push(err(
-            "spec.network.nodeIP",
-            n.node_ip.to_string(),
-            why.into(),
-        ));
-    } else if is_edge(n.node_ip) {
-        out.push(err(
-            "spec.network.nodeIP",
-            n.node_ip.to_string(),
-            format!("is the network or broadcast address of {subnet}"),
-        ));
-    }
-
-    if !subnet.contains(&n.gateway) {
-        out.push(err(
-            "spec.network.gateway",
-            n.gateway.to_string(),
-            format!("is not reachable: it must be inside the node subnet {subnet} (nodeIP/prefix)"),
-        ));
-    } else if n.gateway == n.node_ip {
-        out.push(err(
-            "spec.network.gateway",
-            n.gateway.to_string(),
-            "must not be the node's own address".into(),
-        ));
-    } else if is_edge(n.gateway) {
-        out.push(err(
-            "spec.network.gateway",
-            n.gateway.to_string(),
-            format!("is the network or broadcast address of {subnet}"),
-        ));
-    }
-
-    let dns = n.dns_server;
-    let dns_problem = if let Some(why) = unusable(dns) {
-        Some(why.to_string())
-    } else if dns == n.node_ip {
-        Some("is the node itself, which has no resolver while it boots".into())
-    } else if subnet.contains(&dns) && is_edge(dns) {
-        Some(format!("is the network or broadcast address of {subnet}"))
-    } else if dns.is_link_local() && !subnet.contains(&dns) {
-        Some(format!(
-            "is link-local and outside the node subnet {subnet}"
-        ))
-    } else if n.service_cidr.contains(&dns) || n.pod_cidr.contains(&dns) {
-        Some(
-            "is inside the pod or service CIDR, which does not exist until the cluster runs".into(),
-        )
-    } else {
-        None
-    };
-    if let Some(reason) = dns_problem {
-        out.push(err(
-            "spec.network.dnsServer",
-            dns.to_string(),
-            format!("is not reachable from the node subnet {subnet}: it {reason}"),
-        ));
-    }
-
-    // kube-apiserver refuses a service range wider than 20 bits; a pod range
-    // must hold at least one /24 per node (the controller-manager default).
-    if n.service_cidr.prefix_len() < 12 {
-        out.push(err(
-            "spec.network.serviceCIDR",
-            n.service_cidr.to_string(),
-            "is too large: kube-apiserver accepts at most a /12".into(),
-        ));
-    }
-    if n.pod_cidr.prefix_len() > 24 {
-        out.push(err(
-            "spec.network.podCIDR",
-            n.pod_cidr.to_string(),
-            "is too small: each node takes a /24, so use /24 or larger".into(),
-        ));
-    }
-
-    let overlaps = |a: &Ipv4Net, b: &Ipv4Net| a.contains(&b.network()) || b.contains(&a.network());
-    let ranges = [
-        ("spec.network.podCIDR", n.pod_cidr),
-        ("spec.network.serviceCIDR", n.service_cidr),
-        ("spec.network.nodeIP/prefix", subnet),
-    ];
-    for i in 0..ranges.len() {
-        for j in i + 1..ranges.len() {
-            let (pa, a) = ranges[i];
-            let (pb, b) = ranges[j];
-            if overlaps(&a, &b) {
-                out.push(err(pa, a.to_string(), format!("overlaps {pb} {b}")));
-            }
-        }
-    }
-    out
 }
 
 pub fn one_of(v: &str, allowed: &[&str]) -> Check {

@@ -490,12 +490,12 @@ pub fn package_in(target_dir: &Path) -> Result<Outputs, Error> {
     assemble(&bins, &out_dir())
 }
 
-/// The XRD with its generated edit rules (function/src/fields.rs) rewritten.
+/// The XRD's schema rewritten from the API's types and edit rules.
 pub fn generate() -> Result<(), String> {
     let path = repo_root().join("apis/metalclusters/definition.yaml");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let fresh = metalplane::fields::regenerate(&text)
-        .ok_or_else(|| format!("{}: generated-block markers missing", path.display()))?;
+    let fresh =
+        metalplane::xrd::regenerate(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if fresh != text {
         std::fs::write(&path, fresh).map_err(|e| format!("{}: {e}", path.display()))?;
         println!("rewrote {}", path.display());

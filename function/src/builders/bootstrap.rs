@@ -15,28 +15,10 @@ use crate::spec::{Gpu, MetalCluster};
 pub const INSTALLER_DIR: &str = "/var/lib/metalplane";
 pub const INSTALLER_PATH: &str = "/var/lib/metalplane/nvidia-installer.run";
 
-/// Metal3 renders these at provisioning time; CAPM3 matches Node to Machine
-/// through the uuid label.
+/// Metal3 renders this at provisioning time.
 pub const NODE_NAME: &str = "{{ ds.meta_data.name }}";
-pub const UUID_LABEL: &str = "metal3.io/uuid={{ ds.meta_data.uuid }}";
 
-/// kubeadm limits: one kubeletExtraArgs value and one command.
-pub const MAX_ARG_VALUE: usize = 1024;
-pub const MAX_COMMAND: usize = 10240;
-
-/// The single `node-labels` kubelet argument: the Metal3 uuid label first,
-/// then the spec's labels in key order, comma-joined (kubeletExtraArgs
-/// names must be unique).
-pub fn node_labels_arg(labels: &BTreeMap<String, String>) -> String {
-    let mut out = String::from(UUID_LABEL);
-    for (k, v) in labels {
-        out.push(',');
-        out.push_str(k);
-        out.push('=');
-        out.push_str(v);
-    }
-    out
-}
+pub use crate::kubelet::{MAX_ARG_VALUE, MAX_COMMAND, UUID_LABEL, node_labels_arg};
 
 /// The spec's node labels plus the Modelplane pool label (always: joining
 /// the fleet later must not need a new machine).

@@ -37,7 +37,7 @@ pub fn cluster(mc: &MetalCluster, names: &Names) -> Value {
 pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names) -> Value {
     let node_registration = bootstrap::node_registration(mc);
     let mut init = json!({"nodeRegistration": node_registration});
-    if super::cni::replaces_kube_proxy(mc) {
+    if mc.spec.network.replaces_kube_proxy() {
         // Cilium replaces kube-proxy; kubeadm must not install it too.
         init["skipPhases"] = json!(["addon/kube-proxy"]);
     }

@@ -32,20 +32,13 @@ pub fn helm_provider_config(mc: &MetalCluster, names: &Names) -> Value {
 /// Cilium values: one operator for one node, node pod CIDRs from
 /// Kubernetes, and L2 announcements since bare metal has no cloud load
 /// balancer.
-/// Whether Cilium replaces kube-proxy: with a load balancer range, whose L2
-/// announcements work only with the replacement (Cilium's L2 announcement
-/// guide lists `kubeProxyReplacement: true` as a prerequisite).
-pub fn replaces_kube_proxy(mc: &MetalCluster) -> bool {
-    mc.spec.network.load_balancer.is_some()
-}
-
 pub fn cilium_values(mc: &MetalCluster) -> Value {
     let mut v = json!({
         "operator": {"replicas": 1},
         "ipam": {"mode": "kubernetes"},
         "k8sClientRateLimit": {"qps": 50, "burst": 100},
     });
-    if replaces_kube_proxy(mc) {
+    if mc.spec.network.replaces_kube_proxy() {
         v["kubeProxyReplacement"] = json!(true);
         v["l2announcements"] = json!({"enabled": true});
         // Without kube-proxy nothing maps the kubernetes Service's

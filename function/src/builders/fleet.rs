@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::{OBJECT_API_VERSION, Ref, capi, k8s_object, usage};
-use crate::inference::{self, Inference, MODELPLANE_NAMESPACE};
+use crate::inference::{Inference, MODELPLANE_NAMESPACE, NVIDIA_DRIVER};
 use crate::names::Names;
 use crate::spec::MetalCluster;
 
@@ -65,8 +65,8 @@ pub fn class(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
         "kind": "InferenceClass",
         "metadata": {"name": inf.class_name},
         "spec": {
-            "description": inference::description(mc, inf),
-            "devices": inference::devices(mc, inf),
+            "description": description(mc, inf),
+            "devices": devices(mc, inf),
         },
     });
     let (kind, name) = management(inf);
@@ -138,4 +138,46 @@ pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 4] {
             ),
         ),
     ]
+}
+
+/// The InferenceClass devices: the spec's, or one NVIDIA device derived
+/// from spec.gpu.
+pub fn devices(mc: &MetalCluster, inf: &Inference) -> Vec<Value> {
+    if !inf.devices.is_empty() {
+        return inf.devices.clone();
+    }
+    let gpu = mc.spec.gpu.as_ref();
+    let mut d = json!({
+        "name": "gpu",
+        "driver": NVIDIA_DRIVER,
+        "claim": "DRA",
+        "deviceClassName": NVIDIA_DRIVER,
+        "count": gpu.and_then(|g| g.count).unwrap_or(1),
+    });
+    if let Some(model) = gpu.and_then(|g| g.model.as_ref()) {
+        d["attributes"] = json!({"productName": {"string": model}});
+    }
+    if let Some(mem) = gpu.and_then(|g| g.memory.as_ref()) {
+        d["capacity"] = json!({"memory": {"value": mem}});
+    }
+    vec![d]
+}
+
+pub fn description(mc: &MetalCluster, inf: &Inference) -> String {
+    if !inf.description.is_empty() {
+        return inf.description.clone();
+    }
+    let gpu = mc.spec.gpu.as_ref();
+    let count = gpu.and_then(|g| g.count).unwrap_or(1);
+    let model = gpu
+        .and_then(|g| g.model.clone())
+        .unwrap_or_else(|| "NVIDIA GPU".into());
+    let mem = gpu
+        .and_then(|g| g.memory.as_ref())
+        .map(|m| format!(" ({m} each)"))
+        .unwrap_or_default();
+    format!(
+        "{count}x {model}{mem} on bare metal {}/{}",
+        mc.namespace, mc.name
+    )
 }

@@ -1,0 +1,386 @@
+//! The MetalCluster API as Rust types: the one source of truth for the
+//! XRD's schema (`cargo xtask generate` renders it with schemars, a test
+//! fails when the checked-in XRD drifts). The API server validates every
+//! XR against that schema before the function sees it; the semantic rules
+//! (overlaps, ranges, shell safety) live in `spec` and `validate`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+fn default_pod_cidr() -> String {
+    crate::spec::DEFAULT_POD_CIDR.into()
+}
+fn default_service_cidr() -> String {
+    crate::spec::DEFAULT_SERVICE_CIDR.into()
+}
+fn default_cilium_version() -> String {
+    crate::spec::DEFAULT_CILIUM_VERSION.into()
+}
+fn default_chart_repository() -> String {
+    crate::spec::DEFAULT_CHART_REPOSITORY.into()
+}
+fn default_username() -> String {
+    crate::spec::DEFAULT_USERNAME.into()
+}
+fn default_node_pool() -> String {
+    crate::inference::DEFAULT_NODE_POOL.into()
+}
+fn default_provider_config_name() -> String {
+    "default".into()
+}
+fn yes() -> bool {
+    true
+}
+
+/// A single-node Kubernetes cluster on one BareMetalHost of a pool.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetalClusterSpec {
+    pub host: HostSpec,
+    pub network: NetworkSpec,
+    pub kubernetes: KubernetesSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni: Option<CniSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference: Option<InferenceSpec>,
+}
+
+/// Which BareMetalHost to use.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostSpec {
+    /// Selects BareMetalHosts labelled metal.kube.farm/pool=<pool> in this namespace.
+    #[schemars(
+        length(max = 63),
+        pattern(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    )]
+    pub pool: String,
+    /// Name of the NIC the node OS uses, as reported by inspection (status.hardware.nics[].name), e.g. eno1.
+    #[schemars(length(max = 15), pattern(r"^[a-zA-Z][a-zA-Z0-9._-]*$"))]
+    pub boot_interface: String,
+}
+
+/// Static IPv4 addressing of the node.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSpec {
+    /// The node's address; also the API server endpoint (<nodeIP>:6443).
+    #[serde(rename = "nodeIP")]
+    #[schemars(length(max = 15), extend("format" = "ipv4"))]
+    pub node_ip: String,
+    /// Prefix length of the node subnet.
+    #[schemars(range(min = 1, max = 32))]
+    pub prefix: i64,
+    /// Default gateway, inside the node subnet.
+    #[schemars(length(max = 15), extend("format" = "ipv4"))]
+    pub gateway: String,
+    /// DNS resolver the node uses.
+    #[schemars(length(max = 15), extend("format" = "ipv4"))]
+    pub dns_server: String,
+    /// Pod network; must not overlap the service CIDR or the node subnet.
+    #[serde(rename = "podCIDR", default = "default_pod_cidr")]
+    #[schemars(length(max = 18))]
+    pub pod_cidr: String,
+    /// Service network (at most a /12).
+    #[serde(rename = "serviceCIDR", default = "default_service_cidr")]
+    #[schemars(length(max = 18))]
+    pub service_cidr: String,
+    /// Addresses for LoadBalancer Services (the inference gateway), a range FIRST-LAST or a CIDR inside the node subnet. Composes a Cilium LB IPAM pool and an L2 announcement policy on the workload cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub load_balancer: Option<String>,
+}
+
+/// Digest algorithm of imageChecksum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksumType {
+    Md5,
+    #[default]
+    Sha256,
+    Sha512,
+}
+
+/// Format of the image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFormat {
+    Raw,
+    #[default]
+    Qcow2,
+    Vdi,
+    Vmdk,
+    LiveIso,
+}
+
+/// The Kubernetes release and the OS image that carries it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesSpec {
+    /// Kubernetes version vX.Y.Z; must match the image.
+    #[schemars(length(max = 32), pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+$"))]
+    pub version: String,
+    /// Labels the kubelet sets on the node (node-labels). kubernetes.io and k8s.io keys are refused except the ones the kubelet may set.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 63}))]
+    pub node_labels: BTreeMap<String, String>,
+    /// http(s) or oci URL of the node OS image.
+    #[serde(rename = "imageURL")]
+    #[schemars(length(max = 2048))]
+    pub image_url: String,
+    /// Digest of the image (hex, matching imageChecksumType) or URL of a checksum file. Required unless imageDiskFormat is live-iso or imageURL is oci://.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub image_checksum: Option<String>,
+    /// Digest algorithm of imageChecksum.
+    #[serde(default)]
+    pub image_checksum_type: ChecksumType,
+    /// Format of the image.
+    #[serde(default)]
+    pub image_disk_format: DiskFormat,
+}
+
+/// The CNI installed into the new cluster.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CniSpec {
+    /// Cilium chart version (from chartRepository).
+    #[serde(default = "default_cilium_version")]
+    pub cilium_version: String,
+    /// Helm repository (http(s)) or OCI registry path (oci://) serving the cilium chart; air-gapped sites name their mirror.
+    #[serde(default = "default_chart_repository")]
+    pub chart_repository: String,
+}
+
+/// Install the NVIDIA kernel driver at first boot.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuSpec {
+    /// http(s) URL of an NVIDIA .run installer (e.g. served on the LAN).
+    #[serde(rename = "driverInstallerURL")]
+    #[schemars(length(max = 2048))]
+    pub driver_installer_url: String,
+    /// sha256 of the installer; when set, the node verifies the download before running it. Without it the installer runs unverified and a Warning is reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(r"^[0-9a-fA-F]{64}$"))]
+    pub driver_installer_checksum: Option<String>,
+    /// GPU product name as the NVIDIA DRA driver reports it (productName), e.g. Tesla V100-PCIE-16GB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// GPUs in the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub count: Option<i64>,
+    /// Usable memory per GPU, a quantity such as 16Gi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+}
+
+/// A sudo login user on the node.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessSpec {
+    /// Login name.
+    #[serde(default = "default_username")]
+    #[schemars(length(max = 32))]
+    pub username: String,
+    /// OpenSSH public keys allowed to log in as username.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 16384)))]
+    pub ssh_authorized_keys: Vec<String>,
+}
+
+/// Join the Modelplane inference fleet (InferenceClass, InferenceCluster, kubeconfig copy) once the cluster runs. Needs network.loadBalancer.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceSpec {
+    /// Set false to leave the fleet while keeping the settings.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Modelplane node pool name; the node carries modelplane.ai/pool=<nodePool> from its first boot, in the fleet or not (default gpu), so it is fixed after creation.
+    #[serde(default = "default_node_pool")]
+    #[schemars(length(max = 40))]
+    pub node_pool: String,
+    /// InferenceClass name (cluster-scoped); default <namespace>-<name>-<nodePool>.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_name: Option<String>,
+    /// InferenceClass description; derived from spec.gpu when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// InferenceClass devices; derived from spec.gpu (one gpu.nvidia.com DRA device) when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "devices_schema")]
+    pub devices: Option<Vec<BTreeMap<String, Value>>>,
+    /// InferenceCluster name (cluster-scoped); default <namespace>-<name>.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing: Option<ExistingSpec>,
+    /// provider-kubernetes config of the management cluster (where Modelplane runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_config_ref: Option<ProviderConfigRef>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ExistingSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheSpec>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheSpec {
+    /// StorageClass for Modelplane's model cache; Modelplane requires ReadWriteMany (e.g. an NFS or CephFS class), so a ReadWriteOnce class such as local-path does not work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ProviderConfigKind {
+    #[default]
+    ClusterProviderConfig,
+    ProviderConfig,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ProviderConfigRef {
+    #[serde(default)]
+    pub kind: ProviderConfigKind,
+    #[serde(default = "default_provider_config_name")]
+    pub name: String,
+}
+
+/// What the XR shows (written by the function, read by people).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetalClusterStatus {
+    /// host:port of the workload API server.
+    pub control_plane_endpoint: String,
+    /// Secret (key value) with the workload cluster's admin kubeconfig.
+    pub kubeconfig_secret: String,
+    /// The pool the host is taken from.
+    pub host_pool: String,
+    /// The Cluster's Available condition is True.
+    pub control_plane_available: bool,
+    /// WaitingForHost, HostError (the claimed host reports an error), Provisioning, Bootstrapping, InstallingCNI, Ready, RollingOut (the control plane is replacing machines); with inference JoiningFleet, InferenceReady.
+    pub phase: String,
+    /// The cluster in the Modelplane fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference: Option<InferenceStatus>,
+    /// The BareMetalHost CAPM3 claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostStatus>,
+    /// The KubeadmControlPlane's rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<RolloutStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceStatus {
+    pub cluster: String,
+    pub class: String,
+    pub node_pool: String,
+    /// Address of the inference gateway, once Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_address: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostStatus {
+    pub name: String,
+    pub provisioning_state: String,
+    pub powered_on: bool,
+    /// BMO's operationalStatus (OK, discovered, error, delayed, detached, servicing).
+    pub operational_status: String,
+    /// BMO's errorType while the host reports an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// Failed attempts so far; BMO keeps retrying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_count: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    pub desired_replicas: i64,
+    pub replicas: i64,
+    pub up_to_date_replicas: i64,
+    pub ready_replicas: i64,
+    pub rolling_out: bool,
+}
+
+/// Modelplane's device shape is Modelplane's to validate: kept as given.
+fn devices_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 16,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+    })
+}
+
+/// The JSON Schema of `T` as a Kubernetes structural schema: inlined, no
+/// `$schema`/`title`, no nulls, only formats the API server knows.
+pub fn structural_schema<T: JsonSchema>() -> Value {
+    let mut settings = schemars::generate::SchemaSettings::openapi3();
+    settings.inline_subschemas = true;
+    let schema = settings.into_generator().into_root_schema_for::<T>();
+    let mut v = schema.to_value();
+    clean(&mut v);
+    v
+}
+
+/// Removes what structural schemas do not carry.
+fn clean(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for k in ["$schema", "title", "definitions", "components", "nullable"] {
+                m.remove(k);
+            }
+            // An Option is "may be absent", never null.
+            if let Some(Value::Array(types)) = m.get("type") {
+                let one: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+                if let [t] = one.as_slice() {
+                    m.insert("type".into(), t.clone());
+                }
+            }
+            if let Some(Value::Array(any)) = m.get("anyOf") {
+                let rest: Vec<Value> = any
+                    .iter()
+                    .filter(|s| s.get("type").and_then(Value::as_str) != Some("null"))
+                    .cloned()
+                    .collect();
+                if let [Value::Object(only)] = rest.as_slice() {
+                    m.remove("anyOf");
+                    for (k, v) in only {
+                        m.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+            }
+            // schemars marks integers by width; the API server knows int32/int64 only.
+            if m.get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f != "ipv4")
+            {
+                m.remove("format");
+            }
+            for (_, child) in m.iter_mut() {
+                clean(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(clean),
+        _ => {}
+    }
+}
