@@ -1064,6 +1064,9 @@ fn no_client_key_outside_secrets(lab: &Lab, kubeconfig_b64: &str) -> Outcome {
 /// the fixed spec converges. Then the function is killed mid-provisioning:
 /// nothing composed is deleted, and it converges once it is back.
 fn bad_input_and_restart(lab: &Lab) -> Outcome {
+    // A new MetalCluster, not an edit of the last one (whose network is
+    // fixed): wait until the background teardown removed it.
+    clean_slate(lab, R730)?;
     let mut xr = example_xr()?;
     xr["spec"]["network"]["gateway"] = json!("10.1.1.1");
     lab.kube.apply(&[xr.clone()]).map_err(|e| e.to_string())?;
