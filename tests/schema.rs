@@ -282,9 +282,9 @@ fn xrd_schema_is_generated_from_the_rust_types() {
         fresh == text,
         "the XRD's schema drifted from function/src/api.rs and fields.rs: run cargo xtask generate"
     );
-    let props = xrd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"].clone();
-    assert_eq!(props, metalplane::xrd::properties());
-    let rules = spec_schema(&xrd())["x-kubernetes-validations"].clone();
+    let root = xrd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+    assert_eq!(root, metalplane::xrd::open_api_v3_schema());
+    let rules = root["x-kubernetes-validations"].clone();
     assert_eq!(
         rules.as_array().map(Vec::len),
         Some(metalplane::fields::rules().len())
@@ -373,24 +373,52 @@ fn pointer(path: &str) -> String {
     format!("/{}", path.replace('.', "/"))
 }
 
-/// The spec's transition rules that fail for old -> new, by fieldPath.
+/// The XRD's transition rules that fail for old -> new specs of a
+/// MetalCluster the function composed (status.phase set), by fieldPath
+/// relative to spec.
 fn refusals(old: &Value, new: &Value) -> Vec<(String, String)> {
-    let rules = spec_schema(&xrd())["x-kubernetes-validations"].clone();
-    rules
+    refusals_with(old, new, &json!({"phase": "Ready"}))
+}
+
+fn refusals_with(old: &Value, new: &Value, old_status: &Value) -> Vec<(String, String)> {
+    let root = xrd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+    let old = json!({"spec": old, "status": old_status});
+    let new = json!({"spec": new, "status": old_status});
+    root["x-kubernetes-validations"]
         .as_array()
         .expect("rules")
         .iter()
         .filter(|r| {
-            !eval_transition_rule(r["rule"].as_str().unwrap_or_default(), new, Some(old))
+            !eval_transition_rule(r["rule"].as_str().unwrap_or_default(), &new, Some(&old))
                 .unwrap_or_else(|e| panic!("{}: {e}", r["rule"]))
         })
         .map(|r| {
             (
-                r["fieldPath"].as_str().unwrap_or_default().to_string(),
+                r["fieldPath"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim_start_matches(".spec")
+                    .to_string(),
                 r["message"].as_str().unwrap_or_default().to_string(),
             )
         })
         .collect()
+}
+
+/// A spec the function refused built nothing: fixing it is allowed.
+#[test]
+fn edits_before_anything_was_composed_are_allowed() {
+    let full = load_yaml(&repo_root().join("examples/metalcluster/r730-inference.yaml"))[0]["spec"]
+        .clone();
+    let mut bad = full.clone();
+    bad["network"]["gateway"] = json!("10.1.1.1");
+    for status in [json!({}), json!({"conditions": []})] {
+        assert!(refusals_with(&bad, &full, &status).is_empty(), "{status}");
+    }
+    assert!(
+        !refusals(&bad, &full).is_empty(),
+        "once composed, the gateway is fixed"
+    );
 }
 
 /// Every field's class, decided by the XRD's own rules on old/new pairs:

@@ -115,7 +115,28 @@ pub struct Rule {
     pub field_path: String,
 }
 
-/// The XRD's transition rules on `spec`, in FIELDS order.
+/// The XRD's transition rules, on the object's root so that they can read
+/// the old status: a field is fixed only once the function composed the
+/// graph from it (`status.phase` set). A spec the function refused built
+/// nothing, and fixing it is exactly what the refusal asks for.
+pub fn root_rules() -> Vec<Rule> {
+    rules()
+        .into_iter()
+        .map(|r| Rule {
+            rule: format!(
+                "!has(oldSelf.status) || !has(oldSelf.status.phase) || ({})",
+                // `oldSelf.` is not matched by `self.` (case differs).
+                r.rule
+                    .replace("self.", "self.spec.")
+                    .replace("oldSelf.", "oldSelf.spec.")
+            ),
+            message: r.message,
+            field_path: format!(".spec{}", r.field_path),
+        })
+        .collect()
+}
+
+/// The transition rules relative to `spec`, in FIELDS order.
 pub fn rules() -> Vec<Rule> {
     let mut out = Vec::new();
     for f in FIELDS {
