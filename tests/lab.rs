@@ -867,23 +867,39 @@ fn teardown(lab: &Lab, who: Subject, foreground: bool) -> Outcome {
 }
 
 /// The objects that talk to the workload API and must go before any
-/// Machine: the Cilium Release and every provider-kubernetes Object
-/// (Modelplane's and the LB's) of `who`, as kind/name.
+/// Machine: the Cilium Release, every provider-kubernetes Object applied
+/// through the workload's own ProviderConfig (the LB's), and the
+/// InferenceCluster (Modelplane drains the cluster through its API), as
+/// kind/name. The kubeconfig copy and the InferenceClass live in the
+/// management cluster: they go after the InferenceCluster, in any order
+/// with the Machines.
 fn addons(lab: &Lab, who: Subject) -> Vec<String> {
-    [
-        "releases.helm.m.crossplane.io",
-        "objects.kubernetes.m.crossplane.io",
-    ]
-    .iter()
-    .flat_map(|kind| {
-        lab.kube
-            .list(kind, Some(NS))
-            .into_iter()
-            .map(|o| str_at(&o, "/metadata/name").to_string())
-            .filter(|n| who.owns(n))
-            .map(move |n| format!("{kind}/{n}"))
-    })
-    .collect()
+    let workload_pc = who.cluster();
+    let inference_cluster = format!("{}-inference-cluster", who.xr);
+    let releases = lab
+        .kube
+        .list("releases.helm.m.crossplane.io", Some(NS))
+        .into_iter()
+        .map(|o| str_at(&o, "/metadata/name").to_string())
+        .filter(|n| who.owns(n))
+        .map(|n| format!("releases.helm.m.crossplane.io/{n}"));
+    let objects = lab
+        .kube
+        .list("objects.kubernetes.m.crossplane.io", Some(NS))
+        .into_iter()
+        .filter(|o| {
+            let n = str_at(o, "/metadata/name");
+            who.owns(n)
+                && (n == inference_cluster
+                    || str_at(o, "/spec/providerConfigRef/name") == workload_pc)
+        })
+        .map(|o| {
+            format!(
+                "objects.kubernetes.m.crossplane.io/{}",
+                str_at(&o, "/metadata/name")
+            )
+        });
+    releases.chain(objects).collect()
 }
 
 /// What the fleet family put outside the MetalCluster's namespace: the
