@@ -2,6 +2,7 @@
 //! Pure: no I/O, so the gRPC server, the offline renderer and the
 //! benchmarks all run exactly this.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use function_sdk_rust::resource::struct_to_json;
 use function_sdk_rust::response::{self, ResourceMatch};
 use serde_json::Value;
 
-use crate::builders::{capi, cni, fleet, ipam, lb, metal3};
+use crate::builders::{capi, cni, fleet, ipam, lb, metal3, workers};
 use crate::hosts;
 use crate::names::Names;
 use crate::spec::{self, MetalCluster};
@@ -94,7 +95,27 @@ pub struct Families {
 }
 
 /// The composed graph in a stable order: (composition resource name, manifest).
-pub fn graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'static str, Value)> {
+pub fn graph(
+    mc: &MetalCluster,
+    names: &Names,
+    families: Families,
+) -> Vec<(Cow<'static, str>, Value)> {
+    let mut out: Vec<(Cow<'static, str>, Value)> = base_graph(mc, names, families)
+        .into_iter()
+        .map(|(n, v)| (Cow::Borrowed(n), v))
+        .collect();
+    for w in &mc.spec.workers {
+        out.extend(
+            workers::pool(mc, names, w)
+                .into_iter()
+                .map(|(n, v)| (Cow::Owned(n), v)),
+        );
+    }
+    out
+}
+
+/// The control plane and the add-on families.
+fn base_graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'static str, Value)> {
     let mut out = vec![
         ("ippool", ipam::ippool(mc, names)),
         ("cluster", capi::cluster(mc, names)),
@@ -187,7 +208,10 @@ pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
                 .iter()
                 .filter_map(|(k, r)| {
                     let s = r.resource.as_ref()?;
-                    let v = if READ_OBSERVED.contains(&k.as_str()) {
+                    let v = if READ_OBSERVED.contains(&k.as_str())
+                        || workers::is_machine_deployment(k)
+                        || k.starts_with(HOST_USAGE)
+                    {
                         struct_to_json(s)
                     } else {
                         Value::Null
@@ -276,17 +300,40 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         Some(ResourceMatch::Labels(status::pool_selector(&mc))),
         Some(mc.namespace.clone()),
     );
+    let worker_pools = status::worker_host_pools(&mc);
+    let mut worker_hosts = Vec::new();
+    for (requirement, pool_name) in &worker_pools {
+        response::require_resources(
+            &mut rsp,
+            requirement,
+            BMH_API_VERSION,
+            BMH_KIND,
+            Some(ResourceMatch::Labels(status::selector(pool_name))),
+            Some(mc.namespace.clone()),
+        );
+        worker_hosts.push(request::get_required_resources(req, requirement));
+    }
+    // Every host claimed for this cluster, once, from every pool read.
+    let mut claimed: Vec<&Value> = Vec::new();
+    for hs in std::iter::once(&hosts).chain(worker_hosts.iter()).flatten() {
+        for h in hs.iter().filter(|h| hosts::is_claimed_by(h, &names)) {
+            if !claimed.iter().any(|c| hosts::name(c) == hosts::name(h)) {
+                claimed.push(h);
+            }
+        }
+    }
+    let all_known = hosts.is_some() && worker_hosts.iter().all(Option::is_some);
 
     for (name, manifest) in graph(&mc, &names, families(&observed)) {
         let Value::Object(map) = manifest else {
             continue;
         };
-        let ready = if status::is_ready(name, observed.get(name)) {
+        let ready = if status::is_ready(&name, observed.get(name.as_ref())) {
             Ready::True
         } else {
             Ready::False
         };
-        let desired: &mut Resource = response::desired_composed(&mut rsp, name);
+        let desired: &mut Resource = response::desired_composed(&mut rsp, name.as_ref());
         desired.resource = Some(into_struct(map));
         function_sdk_rust::resource::set_ready(desired, ready);
     }
@@ -294,22 +341,47 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     // The claimed host, or the one already protected (kept while the pool
     // is briefly unknown, so protection never lapses mid-life).
     let protected = match &pool {
-        Pool::Claimed(h) => h.pointer("/metadata/name").and_then(Value::as_str),
+        Pool::Claimed(h) => Some(hosts::name(h)),
         _ => observed
             .get(HOST_USAGE)
             .and_then(|u| u.pointer("/spec/of/resourceRef/name"))
             .and_then(Value::as_str),
     };
-    if let Some(host) = protected
-        && let Value::Object(map) =
-            crate::builders::host_usage(&mc, &names.host_usage, host, &names.cluster)
-    {
-        let desired = response::desired_composed(&mut rsp, HOST_USAGE);
-        desired.resource = Some(into_struct(map));
-        function_sdk_rust::resource::set_ready(desired, Ready::True);
+    if let Some(host) = protected {
+        protect(
+            &mut rsp,
+            &mc,
+            HOST_USAGE,
+            &names.host_usage,
+            host,
+            &names.cluster,
+        );
+    }
+    // Every other claimed host (fleets), or, while a pool is unknown, every
+    // host already protected.
+    let others: Vec<&str> = if all_known {
+        claimed
+            .iter()
+            .map(|h| hosts::name(h))
+            .filter(|n| Some(*n) != protected)
+            .collect()
+    } else {
+        observed
+            .iter()
+            .filter(|(k, _)| k.starts_with(HOST_USAGE) && k.as_str() != HOST_USAGE)
+            .filter_map(|(_, u)| {
+                u.pointer("/spec/of/resourceRef/name")
+                    .and_then(Value::as_str)
+            })
+            .collect()
+    };
+    for host in others {
+        let resource = format!("{HOST_USAGE}.{host}");
+        let name = format!("{}-{host}-in-use", mc.name);
+        protect(&mut rsp, &mc, &resource, &name, host, &names.cluster);
     }
 
-    let xr_status = status::xr_status(&mc, &names, &observed, &pool);
+    let xr_status = status::xr_status(&mc, &names, &observed, &pool, &claimed);
     let composite = response::desired_composite(&mut rsp);
     // A map-shaped status always serializes; the error arm is unreachable.
     let _ = function_sdk_rust::resource::update_status(composite, &xr_status);
@@ -323,6 +395,22 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         driver_condition(&mut rsp, &xr, gpu.driver_installer_checksum.is_some());
     }
     rsp
+}
+
+/// A Usage keeping BareMetalHost `host` while the Cluster exists.
+fn protect(
+    rsp: &mut RunFunctionResponse,
+    mc: &MetalCluster,
+    resource: &str,
+    name: &str,
+    host: &str,
+    cluster: &str,
+) {
+    if let Value::Object(map) = crate::builders::host_usage(mc, name, host, cluster) {
+        let desired = response::desired_composed(rsp, resource);
+        desired.resource = Some(into_struct(map));
+        function_sdk_rust::resource::set_ready(desired, Ready::True);
+    }
 }
 
 /// Condition types and reasons the function sets on the XR.

@@ -16,6 +16,7 @@ pub mod reader;
 pub mod render;
 pub mod spec;
 pub mod status;
+pub mod topology;
 pub mod validate;
 pub mod xrd;
 

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 pub use crate::network::{DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, Network};
 pub use crate::reader::{FieldError, Reader, show};
+pub use crate::topology::{ControlPlane, Worker};
 use crate::validate;
 
 /// The API group, version and kind of the composite resource.
@@ -45,6 +46,11 @@ pub struct Spec {
     pub inference: Option<crate::inference::Inference>,
     /// The Modelplane pool label every node carries (`spec.inference.nodePool`).
     pub node_pool: String,
+    /// The control plane; the single node at nodeIP without `spec.controlPlane`.
+    pub control_plane: ControlPlane,
+    /// Whether `spec.controlPlane` is given (VIP and address range).
+    pub fleet: bool,
+    pub workers: Vec<Worker>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +124,9 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     });
 
     let network = crate::network::parse(&mut r, xr);
+    let fleet = r.lookup(xr, "spec.controlPlane").is_some();
+    let control_plane = crate::topology::parse_control_plane(&mut r, xr, network.as_ref());
+    let workers = crate::topology::parse_workers(&mut r, xr, boot_interface.as_deref());
     let kubernetes = parse_kubernetes(&mut r, xr);
 
     let cilium_version = r.defaulted(
@@ -151,6 +160,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
         kubernetes,
         cilium_version,
         chart_repository,
+        control_plane,
     ) {
         (
             Some(name),
@@ -160,6 +170,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
             Some(kubernetes),
             Some(cv),
             Some(repo),
+            Some(control_plane),
         ) => {
             let mc = MetalCluster {
                 name,
@@ -179,11 +190,27 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
                     access: access.flatten(),
                     inference,
                     node_pool,
+                    control_plane,
+                    fleet,
+                    workers,
                 },
             };
             // Rules across sections need the whole, otherwise valid spec.
             let mut errors = check_inference(&mc);
             errors.extend(check_pool_label(&mc));
+            errors.extend(crate::topology::check(
+                &mc.spec.network,
+                &mc.spec.control_plane,
+                &mc.spec.workers,
+                mc.spec.fleet,
+            ));
+            if let Err(reason) = validate::derived_names(&mc) {
+                errors.push(FieldError {
+                    path: "spec.workers".into(),
+                    value: None,
+                    reason,
+                });
+            }
             if errors.is_empty() {
                 Ok(mc)
             } else {
@@ -198,35 +225,31 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     }
 }
 
-fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
-    let version = r.req_str(xr, "spec.kubernetes.version").and_then(|v| {
-        let res = validate::kubernetes_version(&v);
-        r.check("spec.kubernetes.version", &v, res.map(|_| v.clone()))
-    });
-
-    let node_labels = r.opt_str_map(xr, "spec.kubernetes.nodeLabels");
+/// Node labels at `path`: keys the kubelet may set, label values, and a
+/// node-labels argument kubeadm accepts.
+pub fn parse_node_labels(r: &mut Reader, xr: &Value, path: &str) -> BTreeMap<String, String> {
+    let node_labels = r.opt_str_map(xr, path);
     for (k, v) in &node_labels {
-        let path = format!("spec.kubernetes.nodeLabels[{}]", Value::String(k.clone()));
+        let item = format!("{path}[{}]", Value::String(k.clone()));
         if let Err(reason) = validate::node_label_key(k) {
             r.fail(
-                &path,
+                &item,
                 Some(&Value::String(k.clone())),
                 format!("key {reason}"),
             );
         }
         if let Err(reason) = validate::label_value(v) {
             r.fail(
-                &path,
+                &item,
                 Some(&Value::String(v.clone())),
                 format!("value {reason}"),
             );
         }
     }
-
     let arg = crate::kubelet::node_labels_arg(&node_labels);
     if arg.len() > crate::kubelet::MAX_ARG_VALUE {
         r.fail(
-            "spec.kubernetes.nodeLabels",
+            path,
             None,
             format!(
                 "join into a node-labels kubelet argument of {} characters; kubeadm accepts at most {}",
@@ -235,6 +258,16 @@ fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
             ),
         );
     }
+    node_labels
+}
+
+fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
+    let version = r.req_str(xr, "spec.kubernetes.version").and_then(|v| {
+        let res = validate::kubernetes_version(&v);
+        r.check("spec.kubernetes.version", &v, res.map(|_| v.clone()))
+    });
+
+    let node_labels = parse_node_labels(r, xr, "spec.kubernetes.nodeLabels");
 
     let image_url = r.req_str(xr, "spec.kubernetes.imageURL").and_then(|u| {
         let res = validate::image_url(&u);
@@ -302,35 +335,39 @@ fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
 }
 
 fn parse_gpu(r: &mut Reader, xr: &Value) -> Option<Option<Gpu>> {
-    r.lookup(xr, "spec.gpu")?;
-    let url = r.req_str(xr, "spec.gpu.driverInstallerURL").and_then(|u| {
+    parse_gpu_at(r, xr, "spec.gpu")
+}
+
+/// A GPU section at `base` (`spec.gpu` or a worker pool's).
+pub fn parse_gpu_at(r: &mut Reader, xr: &Value, base: &str) -> Option<Option<Gpu>> {
+    r.lookup(xr, base)?;
+    let at = |f: &str| format!("{base}.{f}");
+    let url = r.req_str(xr, &at("driverInstallerURL")).and_then(|u| {
         let res = validate::http_url(&u);
-        r.check("spec.gpu.driverInstallerURL", &u, res.map(|_| u.clone()))
+        r.check(&at("driverInstallerURL"), &u, res.map(|_| u.clone()))
     });
-    let checksum = r
-        .opt_str(xr, "spec.gpu.driverInstallerChecksum")
-        .and_then(|c| {
-            let res = validate::sha256_hex(&c);
-            r.check(
-                "spec.gpu.driverInstallerChecksum",
-                &c,
-                res.map(|_| c.to_ascii_lowercase()),
-            )
-        });
-    let model = r.opt_str(xr, "spec.gpu.model").and_then(|m| {
+    let checksum = r.opt_str(xr, &at("driverInstallerChecksum")).and_then(|c| {
+        let res = validate::sha256_hex(&c);
+        r.check(
+            &at("driverInstallerChecksum"),
+            &c,
+            res.map(|_| c.to_ascii_lowercase()),
+        )
+    });
+    let model = r.opt_str(xr, &at("model")).and_then(|m| {
         let ok = !m.trim().is_empty() && m.len() <= 253 && !m.contains(['\n', '\r']);
         let res = if ok {
             Ok(m.clone())
         } else {
             Err("must be a product name of at most 253 characters".to_string())
         };
-        r.check("spec.gpu.model", &m, res)
+        r.check(&at("model"), &m, res)
     });
-    let count = match r.opt_int(xr, "spec.gpu.count") {
+    let count = match r.opt_int(xr, &at("count")) {
         Some(c) if (1..=64).contains(&c) => Some(c as u32),
         Some(c) => {
             r.fail(
-                "spec.gpu.count",
+                &at("count"),
                 Some(&Value::from(c)),
                 "must be between 1 and 64",
             );
@@ -338,9 +375,9 @@ fn parse_gpu(r: &mut Reader, xr: &Value) -> Option<Option<Gpu>> {
         }
         None => None,
     };
-    let memory = r.opt_str(xr, "spec.gpu.memory").and_then(|m| {
+    let memory = r.opt_str(xr, &at("memory")).and_then(|m| {
         let res = validate::quantity(&m).map(|_| m.clone());
-        r.check("spec.gpu.memory", &m, res)
+        r.check(&at("memory"), &m, res)
     });
     Some(url.map(|driver_installer_url| Gpu {
         driver_installer_url,
@@ -404,7 +441,7 @@ pub fn check_inference(mc: &MetalCluster) -> Vec<FieldError> {
             ));
         } else {
             for (what, a) in [
-                ("nodeIP", n.node_ip),
+                ("nodeIP", n.node_ip.unwrap_or(n.gateway)),
                 ("gateway", n.gateway),
                 ("dnsServer", n.dns_server),
                 ("the subnet's network address", subnet.network()),

@@ -29,6 +29,38 @@ pub fn xr_name(n: &str) -> Check {
     Ok(())
 }
 
+/// Every name derived for the worker pools fits Kubernetes' 63 characters,
+/// also the Machines CAPI and CAPM3 name after them.
+pub fn derived_names(mc: &crate::spec::MetalCluster) -> Check {
+    let names = names::Names::new(&mc.name);
+    for w in &mc.spec.workers {
+        let p = names.pool(&mc.name, &w.name);
+        let machine = p.machines.len() + names::MACHINE_SUFFIX;
+        if machine > 63 || p.data_template.len() > 63 {
+            return Err(format!(
+                "pool {:?} of MetalCluster {:?} derives Machine names of {machine} characters (\"{}-xxxxx-xxxxx\"); Kubernetes names must be at most 63: shorten the pool or MetalCluster name",
+                w.name, mc.name, p.machines
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A container image reference (registry/path:tag or @digest): it lands in
+/// a static Pod manifest, so nothing but reference characters.
+pub fn image_reference(i: &str) -> Check {
+    let ok = !i.is_empty()
+        && i.len() <= 255
+        && i.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "./:_@-".contains(c))
+        && i.starts_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a container image reference such as ghcr.io/kube-vip/kube-vip:v1.0.0".into())
+    }
+}
+
 /// RFC 1123 label: lower-case alphanumerics and '-', starting and ending
 /// alphanumeric, at most 63 characters.
 pub fn dns_label(n: &str) -> Check {
