@@ -52,7 +52,14 @@ fn scenarios() -> Vec<(&'static str, Value, BTreeMap<&'static str, Value>)> {
             "True",
         ),
     )]);
+    let fleet = load_yaml(&repo_root().join("examples/metalcluster/fleet.yaml"))[0].clone();
+    let mut fleet_available = available.clone();
+    if let Some(c) = fleet_available.get_mut("cluster") {
+        c["metadata"]["name"] = json!("rack1-cluster");
+    }
     vec![
+        ("fleet", fleet.clone(), BTreeMap::new()),
+        ("fleet-cni", fleet, fleet_available),
         ("example", ex.clone(), BTreeMap::new()),
         ("example-cni", ex, available.clone()),
         ("minimal", minimal.clone(), BTreeMap::new()),

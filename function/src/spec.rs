@@ -127,6 +127,15 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     let fleet = r.lookup(xr, "spec.controlPlane").is_some();
     let control_plane = crate::topology::parse_control_plane(&mut r, xr, network.as_ref());
     let workers = crate::topology::parse_workers(&mut r, xr, boot_interface.as_deref());
+    if let Some(n) = &network {
+        let found = crate::topology::check(n, control_plane.as_ref(), &workers, fleet);
+        r.errors.extend(found);
+    }
+    if let Some(n) = &name
+        && let Err(reason) = validate::derived_names(n, &workers)
+    {
+        r.fail("spec.workers", None, reason);
+    }
     let kubernetes = parse_kubernetes(&mut r, xr);
 
     let cilium_version = r.defaulted(
@@ -198,19 +207,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
             // Rules across sections need the whole, otherwise valid spec.
             let mut errors = check_inference(&mc);
             errors.extend(check_pool_label(&mc));
-            errors.extend(crate::topology::check(
-                &mc.spec.network,
-                &mc.spec.control_plane,
-                &mc.spec.workers,
-                mc.spec.fleet,
-            ));
-            if let Err(reason) = validate::derived_names(&mc) {
-                errors.push(FieldError {
-                    path: "spec.workers".into(),
-                    value: None,
-                    reason,
-                });
-            }
+
             if errors.is_empty() {
                 Ok(mc)
             } else {

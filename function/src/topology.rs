@@ -232,17 +232,27 @@ fn err(path: &str, value: impl Into<Value>, reason: String) -> FieldError {
 /// every range inside the node subnet, large enough, apart from each other
 /// and from the gateway, DNS server and load balancer range; the endpoint
 /// outside every range; unique pool names.
-pub fn check(n: &Network, cp: &ControlPlane, workers: &[Worker], fleet: bool) -> Vec<FieldError> {
+/// Runs on whatever parsed, so that every problem is reported at once:
+/// `cp` is None when the control plane itself is invalid.
+pub fn check(
+    n: &Network,
+    cp: Option<&ControlPlane>,
+    workers: &[Worker],
+    fleet: bool,
+) -> Vec<FieldError> {
     let mut out = Vec::new();
     let subnet = n.node_subnet();
     let mut ranges: Vec<(String, AddrRange)> = Vec::new();
-    if fleet {
+    let cp = cp.filter(|_| fleet);
+    if let Some(cp) = cp {
         ranges.push(("spec.controlPlane.addresses".into(), cp.addresses));
     }
     for (i, w) in workers.iter().enumerate() {
         ranges.push((format!("spec.workers[{i}].addresses"), w.addresses));
     }
-    if fleet && u64::from(cp.replicas) > cp.addresses.size() {
+    if let Some(cp) = cp
+        && u64::from(cp.replicas) > cp.addresses.size()
+    {
         out.push(err(
             "spec.controlPlane.addresses",
             cp.addresses.to_string(),
@@ -327,7 +337,7 @@ pub fn check(n: &Network, cp: &ControlPlane, workers: &[Worker], fleet: bool) ->
             }
         }
     }
-    if let Some(_image) = &cp.vip_image {
+    if let Some(cp) = cp.filter(|cp| cp.vip_image.is_some()) {
         let vip = cp.endpoint;
         let path = "spec.controlPlane.endpoint";
         if !subnet.contains(&vip) {

@@ -31,15 +31,15 @@ pub fn xr_name(n: &str) -> Check {
 
 /// Every name derived for the worker pools fits Kubernetes' 63 characters,
 /// also the Machines CAPI and CAPM3 name after them.
-pub fn derived_names(mc: &crate::spec::MetalCluster) -> Check {
-    let names = names::Names::new(&mc.name);
-    for w in &mc.spec.workers {
-        let p = names.pool(&mc.name, &w.name);
+pub fn derived_names(xr: &str, workers: &[crate::topology::Worker]) -> Check {
+    let names = names::Names::new(xr);
+    for w in workers {
+        let p = names.pool(xr, &w.name);
         let machine = p.machines.len() + names::MACHINE_SUFFIX;
         if machine > 63 || p.data_template.len() > 63 {
             return Err(format!(
                 "pool {:?} of MetalCluster {:?} derives Machine names of {machine} characters (\"{}-xxxxx-xxxxx\"); Kubernetes names must be at most 63: shorten the pool or MetalCluster name",
-                w.name, mc.name, p.machines
+                w.name, xr, p.machines
             ));
         }
     }
