@@ -98,6 +98,50 @@ fn every_composed_object_validates_against_upstream_crds() {
     }
 }
 
+/// Crossplane may manage every kind the function composes: kinds of
+/// Crossplane packages (helm, kubernetes, Usages) are granted by their
+/// packages, every other kind by apis/metalclusters/rbac.yaml.
+#[test]
+fn crossplane_is_granted_every_composed_kind() {
+    let rbac = load_yaml(&repo_root().join("apis/metalclusters/rbac.yaml"));
+    let rules = rbac[0]["rules"].as_array().expect("rules").clone();
+    let granted = |group: &str, plural: &str| {
+        rules.iter().any(|r| {
+            r["apiGroups"]
+                .as_array()
+                .is_some_and(|g| g.iter().any(|g| g == group))
+                && r["resources"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p == plural))
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|v| v == "*"))
+        })
+    };
+    for (name, xr, observed) in scenarios() {
+        for (res, obj) in desired(&compose(&request(&xr, &observed, Some(&[])))) {
+            let group = obj["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            if group.ends_with(".crossplane.io") {
+                continue;
+            }
+            let plural = format!(
+                "{}s",
+                obj["kind"].as_str().unwrap_or_default().to_lowercase()
+            );
+            assert!(
+                granted(&group, &plural),
+                "{name}/{res}: {plural}.{group} is not granted to Crossplane"
+            );
+        }
+    }
+}
+
 #[test]
 fn xr_status_validates_against_the_xrd() {
     let schemas = Schemas::get();
