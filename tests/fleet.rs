@@ -642,3 +642,69 @@ fn ready_means_every_pool_ready() {
     assert_eq!(status["phase"], "Ready", "{status}");
     assert_eq!(status["nodes"], "6/6");
 }
+
+/// With inference, each GPU worker pool is a Modelplane node pool with its
+/// own InferenceClass from its GPUs; the pools stay until Modelplane let go.
+#[test]
+fn each_gpu_pool_is_a_modelplane_node_pool() {
+    let mut xr = fleet_xr();
+    xr["spec"]["inference"] = json!({"existing": {"cache": {"storageClassName": "nfs-client"}}});
+    let observed = BTreeMap::from([(
+        "cluster",
+        with_condition(
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "rack1-cluster"}}),
+            "Available",
+            "True",
+        ),
+    )]);
+    let rsp = compose(&request(&xr, &observed, Some(&[])));
+    assert_eq!(fatal(&rsp), None);
+    let d = desired(&rsp);
+    assert!(
+        !d.contains_key("inference-class"),
+        "no control plane class with GPU pools"
+    );
+    assert!(
+        !d.contains_key("inference-class.cpu"),
+        "the cpu pool has no GPU"
+    );
+    let class = &d["inference-class.gpu"]["spec"]["forProvider"]["manifest"];
+    assert_eq!(class["metadata"]["name"], "metal-rack1-gpu");
+    assert_eq!(class["spec"]["devices"][0]["count"], 4);
+    assert_eq!(
+        class["spec"]["devices"][0]["attributes"]["productName"]["string"],
+        "Tesla V100-PCIE-16GB"
+    );
+    let cluster = &d["inference-cluster"]["spec"]["forProvider"]["manifest"];
+    assert_eq!(
+        cluster["spec"]["nodePools"],
+        json!([{"name": "gpu", "className": "metal-rack1-gpu", "nodeCount": 2}])
+    );
+    for (usage, of) in [
+        ("inference-needs-class.gpu", "rack1-inference-class-gpu"),
+        ("inference-needs-worker-gpu", "rack1-cluster-gpu"),
+        ("inference-needs-worker-cpu", "rack1-cluster-cpu"),
+    ] {
+        assert_eq!(d[usage]["spec"]["of"]["resourceRef"]["name"], of, "{usage}");
+        assert_eq!(
+            d[usage]["spec"]["by"]["resourceRef"]["name"],
+            "rack1-inference-cluster"
+        );
+    }
+    let status = desired_status(&rsp);
+    assert_eq!(
+        status["inference"]["pools"],
+        json!([{"nodePool": "gpu", "class": "metal-rack1-gpu"}])
+    );
+
+    // Without GPUs anywhere the fleet has nothing to describe.
+    let mut no_gpu = xr.clone();
+    no_gpu["spec"]["workers"][0]
+        .as_object_mut()
+        .map(|w| w.remove("gpu"));
+    let msg = fatal(&compose(&request(&no_gpu, &BTreeMap::new(), Some(&[])))).expect("refused");
+    assert!(
+        msg.contains("spec.inference") && msg.contains("worker pool with gpu"),
+        "{msg}"
+    );
+}

@@ -59,7 +59,16 @@ fn scenarios() -> Vec<(&'static str, Value, BTreeMap<&'static str, Value>)> {
     }
     vec![
         ("fleet", fleet.clone(), BTreeMap::new()),
-        ("fleet-cni", fleet, fleet_available),
+        ("fleet-cni", fleet.clone(), fleet_available.clone()),
+        (
+            "fleet-inference",
+            {
+                let mut f = fleet;
+                f["spec"]["inference"] = json!({});
+                f
+            },
+            fleet_available,
+        ),
         ("example", ex.clone(), BTreeMap::new()),
         ("example-cni", ex, available.clone()),
         ("minimal", minimal.clone(), BTreeMap::new()),

@@ -391,6 +391,17 @@ pub struct InferenceStatus {
     /// Address of the inference gateway, once Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_address: Option<String>,
+    /// With GPU worker pools: each pool's Modelplane node pool and InferenceClass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub pools: Vec<InferencePoolStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferencePoolStatus {
+    pub node_pool: String,
+    pub class: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]

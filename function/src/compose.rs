@@ -104,6 +104,25 @@ pub fn graph(
         .into_iter()
         .map(|(n, v)| (Cow::Borrowed(n), v))
         .collect();
+    if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
+        let pools = fleet::node_pools(mc, names, inf);
+        out.push((
+            Cow::Borrowed("inference-kubeconfig"),
+            fleet::kubeconfig_copy(mc, names, inf),
+        ));
+        for p in &pools {
+            out.push((Cow::Owned(p.resource.clone()), fleet::class(mc, inf, p)));
+        }
+        out.push((
+            Cow::Borrowed("inference-cluster"),
+            fleet::cluster(mc, names, inf, &pools),
+        ));
+        out.extend(
+            fleet::usages(mc, names, &pools)
+                .into_iter()
+                .map(|(n, v)| (Cow::Owned(n), v)),
+        );
+    }
     for w in &mc.spec.workers {
         out.extend(
             workers::pool(mc, names, w)
@@ -139,15 +158,6 @@ fn base_graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'st
             "cilium-needs-providerconfig",
             cni::cilium_provider_config_usage(mc, names),
         ));
-    }
-    if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
-        out.push((
-            "inference-kubeconfig",
-            fleet::kubeconfig_copy(mc, names, inf),
-        ));
-        out.push(("inference-class", fleet::class(mc, names, inf)));
-        out.push(("inference-cluster", fleet::cluster(mc, names, inf)));
-        out.extend(fleet::usages(mc, names));
     }
     if let (true, Some(lb_range)) = (families.lb, &mc.spec.network.load_balancer) {
         out.push((

@@ -457,11 +457,12 @@ pub fn check_inference(mc: &MetalCluster) -> Vec<FieldError> {
     let Some(inf) = &mc.spec.inference else {
         return out;
     };
-    if inf.devices.is_empty() && mc.spec.gpu.is_none() {
+    let gpu_workers = mc.spec.workers.iter().any(|w| w.gpu.is_some());
+    if inf.devices.is_empty() && mc.spec.gpu.is_none() && !gpu_workers {
         out.push(err(
             "spec.inference",
             None,
-            "needs spec.gpu (to derive the InferenceClass devices) or spec.inference.devices",
+            "needs spec.gpu or a worker pool with gpu (to derive the InferenceClass devices) or spec.inference.devices",
         ));
     }
     if n.load_balancer.is_none() {

@@ -356,6 +356,17 @@ pub fn xr_status(
             class: inf.class_name.clone(),
             node_pool: inf.node_pool.clone(),
             gateway_address: inference_gateway(observed.get("inference-cluster")),
+            pools: if mc.spec.workers.iter().any(|w| w.gpu.is_some()) {
+                crate::builders::fleet::node_pools(mc, names, inf)
+                    .into_iter()
+                    .map(|p| api::InferencePoolStatus {
+                        node_pool: p.name,
+                        class: p.class_name,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }),
     }
 }
