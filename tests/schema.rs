@@ -178,6 +178,7 @@ fn packaged_manifests_validate() {
         "apis/crossplane.yaml",
         "examples/metalcluster/r730.yaml",
         "examples/metalcluster/r730-inference.yaml",
+        "examples/metalcluster/fleet.yaml",
     ] {
         for doc in load_yaml(&root.join(f)) {
             let p = schemas.problems(&doc);
@@ -365,6 +366,7 @@ fn examples_read_into_the_api_types() {
     for f in [
         "examples/metalcluster/r730.yaml",
         "examples/metalcluster/r730-inference.yaml",
+        "examples/metalcluster/fleet.yaml",
     ] {
         let xr = load_yaml(&repo_root().join(f))[0].clone();
         let spec: metalplane::api::MetalClusterSpec =
