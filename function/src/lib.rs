@@ -9,6 +9,7 @@ pub mod function;
 pub mod hosts;
 pub mod inference;
 pub mod kubelet;
+pub mod machine;
 pub mod names;
 pub mod network;
 pub mod operate;

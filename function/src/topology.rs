@@ -55,7 +55,7 @@ pub struct Worker {
     pub addresses: AddrRange,
     /// Merged over spec.kubernetes.nodeLabels.
     pub node_labels: BTreeMap<String, String>,
-    pub gpu: Option<crate::spec::Gpu>,
+    pub gpu: Option<crate::machine::Gpu>,
 }
 
 /// Reads `spec.controlPlane`, or the single-node form from nodeIP.
@@ -207,8 +207,8 @@ fn parse_worker(
         let res = parse_range(&raw);
         r.check("w.addresses", &raw, res)
     });
-    let node_labels = crate::spec::parse_node_labels(r, doc, "w.nodeLabels");
-    let gpu = crate::spec::parse_gpu_at(r, doc, "w.gpu");
+    let node_labels = crate::machine::parse_node_labels(r, doc, "w.nodeLabels");
+    let gpu = crate::machine::parse_gpu_at(r, doc, "w.gpu");
     Some(Worker {
         name: name?,
         replicas: replicas?,
@@ -218,6 +218,23 @@ fn parse_worker(
         node_labels,
         gpu: gpu.flatten(),
     })
+}
+
+/// Every name derived for the worker pools fits Kubernetes' 63 characters,
+/// also the Machines CAPI and CAPM3 name after them.
+pub fn derived_names(xr: &str, workers: &[Worker]) -> Result<(), String> {
+    let names = crate::names::Names::new(xr);
+    for w in workers {
+        let p = names.pool(xr, &w.name);
+        let machine = p.machines.len() + crate::names::MACHINE_SUFFIX;
+        if machine > 63 || p.data_template.len() > 63 {
+            return Err(format!(
+                "pool {:?} of MetalCluster {xr:?} derives Machine names of {machine} characters (\"{}-xxxxx-xxxxx\"); Kubernetes names must be at most 63: shorten the pool or MetalCluster name",
+                w.name, p.machines
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn err(path: &str, value: impl Into<Value>, reason: String) -> FieldError {

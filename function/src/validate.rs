@@ -29,23 +29,6 @@ pub fn xr_name(n: &str) -> Check {
     Ok(())
 }
 
-/// Every name derived for the worker pools fits Kubernetes' 63 characters,
-/// also the Machines CAPI and CAPM3 name after them.
-pub fn derived_names(xr: &str, workers: &[crate::topology::Worker]) -> Check {
-    let names = names::Names::new(xr);
-    for w in workers {
-        let p = names.pool(xr, &w.name);
-        let machine = p.machines.len() + names::MACHINE_SUFFIX;
-        if machine > 63 || p.data_template.len() > 63 {
-            return Err(format!(
-                "pool {:?} of MetalCluster {:?} derives Machine names of {machine} characters (\"{}-xxxxx-xxxxx\"); Kubernetes names must be at most 63: shorten the pool or MetalCluster name",
-                w.name, xr, p.machines
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// A container image reference (registry/path:tag or @digest): it lands in
 /// a static Pod manifest, so nothing but reference characters.
 pub fn image_reference(i: &str) -> Check {
