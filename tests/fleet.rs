@@ -708,3 +708,65 @@ fn each_gpu_pool_is_a_modelplane_node_pool() {
         "{msg}"
     );
 }
+
+fn condition(
+    rsp: &function_sdk_rust::proto::v1::RunFunctionResponse,
+    typ: &str,
+) -> Option<(i32, String, String)> {
+    rsp.conditions.iter().find(|c| c.r#type == typ).map(|c| {
+        (
+            c.status,
+            c.reason.clone(),
+            c.message.clone().unwrap_or_default(),
+        )
+    })
+}
+
+/// A pool that cannot get a host for every replica says so, naming the
+/// pool; control plane and worker hosts are told apart by their machines.
+#[test]
+fn a_pool_short_of_hosts_says_so() {
+    let mut cp1 = pool_host("cp1", "rack1-cp", true);
+    cp1["spec"]["consumerRef"]["name"] = json!("rack1-cluster-x7k2p");
+    let cp = [
+        cp1,
+        pool_host("cp2", "rack1-cp", false),
+        pool_host("cp3", "rack1-cp", false),
+    ];
+    let mut g1 = pool_host("g1", "sm-4029-w", true);
+    g1["spec"]["consumerRef"]["name"] = json!("rack1-cluster-gpu-5d8f9-q2w4e");
+    let mut g2 = pool_host("g2", "sm-4029-w", false);
+    g2["status"]["provisioning"]["state"] = json!("deprovisioning");
+    g2["spec"].as_object_mut().map(|s| s.remove("consumerRef"));
+    let cpu = [pool_host("c1", "rack1-cpu", false)];
+
+    let rsp = compose(&fleet_request(
+        &BTreeMap::new(),
+        &cp,
+        Some(std::slice::from_ref(&g1)),
+        &cpu,
+    ));
+    let (status, reason, msg) = condition(&rsp, "HostsSuffice").expect("condition");
+    assert_eq!((status, reason.as_str()), (3, "NotEnoughHosts"), "{msg}");
+    assert!(
+        msg.contains("pool gpu needs 2 host(s): 1 claimed, 0 free in pool sm-4029-w"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("control plane") && !msg.contains("pool cpu"),
+        "{msg}"
+    );
+    assert!(
+        warnings(&rsp).iter().any(|w| w.contains("pool gpu")),
+        "a Warning on the transition"
+    );
+
+    // A host on its way counts: it becomes available without anyone acting.
+    let rsp = compose(&fleet_request(&BTreeMap::new(), &cp, Some(&[g1, g2]), &cpu));
+    let (status, reason, _) = condition(&rsp, "HostsSuffice").expect("condition");
+    assert_eq!((status, reason.as_str()), (2, "Enough"));
+
+    // The single-node form has HostClaimed and no such condition.
+    let rsp = compose(&request(&example_xr(), &BTreeMap::new(), Some(&[])));
+    assert!(condition(&rsp, "HostsSuffice").is_none());
+}

@@ -333,6 +333,16 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         }
     }
     let all_known = hosts.is_some() && worker_hosts.iter().all(Option::is_some);
+    let pool_hosts: BTreeMap<&str, &[Value]> =
+        std::iter::once((mc.spec.host.pool.as_str(), hosts.as_deref()))
+            .chain(
+                worker_pools
+                    .iter()
+                    .zip(worker_hosts.iter())
+                    .map(|((_, p), hs)| (p.as_str(), hs.as_deref())),
+            )
+            .filter_map(|(p, hs)| Some((p, hs?)))
+            .collect();
 
     for (name, manifest) in graph(&mc, &names, families(&observed)) {
         let Value::Object(map) = manifest else {
@@ -397,6 +407,9 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     let _ = function_sdk_rust::resource::update_status(composite, &xr_status);
 
     host_conditions(&mut rsp, &xr, &mc, &pool);
+    if (mc.spec.fleet || !mc.spec.workers.is_empty()) && all_known {
+        capacity_condition(&mut rsp, &xr, &mc, &names, &pool_hosts);
+    }
     if mc.spec.inference.is_some() {
         inference_condition(&mut rsp, &observed);
     }
@@ -405,6 +418,94 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         driver_condition(&mut rsp, &xr, gpu.driver_installer_checksum.is_some());
     }
     rsp
+}
+
+/// Whose a Metal3Machine is, by its name: Machines, and so their
+/// Metal3Machines, are named `<kcp>-<random>` (KCP) and
+/// `<machinedeployment>-<random>-<random>` (a pool).
+enum MachineSet {
+    ControlPlane(String),
+    Pool(String),
+}
+
+impl MachineSet {
+    fn owns(&self, consumer: &str) -> bool {
+        match self {
+            MachineSet::ControlPlane(p) => consumer
+                .strip_prefix(p.as_str())
+                .is_some_and(|r| !r.contains('-')),
+            MachineSet::Pool(p) => consumer.starts_with(p.as_str()),
+        }
+    }
+}
+
+pub const HOSTS_SUFFICE: &str = "HostsSuffice";
+pub const NOT_ENOUGH_HOSTS: &str = "NotEnoughHosts";
+
+/// Whether every machine set (the control plane, each worker pool) has or
+/// can get a host for each replica: hosts claimed for it plus hosts CAPM3
+/// could claim or BMO is bringing to `available` in its pool. Several sets
+/// may share a pool: they share its free hosts too.
+fn capacity_condition(
+    rsp: &mut RunFunctionResponse,
+    xr: &Value,
+    mc: &MetalCluster,
+    names: &Names,
+    pool_hosts: &BTreeMap<&str, &[Value]>,
+) {
+    let mut sets: Vec<(String, &str, u32, MachineSet)> = vec![(
+        "the control plane".into(),
+        mc.spec.host.pool.as_str(),
+        u32::from(mc.spec.control_plane.replicas),
+        MachineSet::ControlPlane(format!("{}-", names.cluster)),
+    )];
+    for w in &mc.spec.workers {
+        sets.push((
+            format!("pool {}", w.name),
+            w.pool.as_str(),
+            w.replicas,
+            MachineSet::Pool(format!("{}-", names.pool(&mc.name, &w.name).machines)),
+        ));
+    }
+    let mut short = Vec::new();
+    let mut free_used: BTreeMap<&str, usize> = BTreeMap::new();
+    for (what, pool, replicas, ours) in &sets {
+        let hs = pool_hosts.get(pool).copied().unwrap_or_default();
+        let claimed = hs
+            .iter()
+            .filter(|h| {
+                hosts::is_claimed_by(h, names)
+                    && h.pointer("/spec/consumerRef/name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| ours.owns(c))
+            })
+            .count();
+        let free = hs
+            .iter()
+            .filter(|h| hosts::is_claimable(h, names) || hosts::is_on_the_way(h, names))
+            .count();
+        let need = (*replicas as usize).saturating_sub(claimed);
+        let used = free_used.entry(pool).or_default();
+        let left = free.saturating_sub(*used);
+        *used += need.min(left);
+        if need > left {
+            short.push(format!(
+                "{what} needs {replicas} host(s): {claimed} claimed, {left} free in pool {pool}"
+            ));
+        }
+    }
+    if short.is_empty() {
+        response::condition_true(rsp, HOSTS_SUFFICE, "Enough").message =
+            Some("every machine has or can get a host in its pool".into());
+    } else {
+        let msg = format!(
+            "{}: label more available BareMetalHosts in namespace {} or lower the replicas",
+            short.join("; "),
+            mc.namespace
+        );
+        warn_on_transition(rsp, xr, HOSTS_SUFFICE, NOT_ENOUGH_HOSTS, msg.clone());
+        response::condition_false(rsp, HOSTS_SUFFICE, NOT_ENOUGH_HOSTS).message = Some(msg);
+    }
 }
 
 /// A Usage keeping BareMetalHost `host` while the Cluster exists.
