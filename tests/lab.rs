@@ -1848,6 +1848,7 @@ fn scale_gpu(lab: &Lab, replicas: u32) -> Outcome {
 /// 2 -> 3 -> 2 (the freed host deprovisioned, powered off and back in its
 /// pool); deleting the MetalCluster returns every host, inventory intact.
 fn multi_node(lab: &Lab) -> Outcome {
+    apply_inventory(lab)?;
     lab.kube.apply(&rack_hosts()).map_err(|e| e.to_string())?;
     let names = rack_host_names();
     wait("the rack's seven hosts available", 240, || {
