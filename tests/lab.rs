@@ -325,11 +325,12 @@ fn example_xr() -> Result<Value, String> {
 }
 
 /// The phases this lab can reach, in the order the XR must show them.
-const PHASE_ORDER: [&str; 6] = [
+const PHASE_ORDER: [&str; 7] = [
     "WaitingForHost",
     "Provisioning",
     "Bootstrapping",
     "InstallingCNI",
+    "RollingOut",
     "Ready",
     "JoiningFleet",
 ];

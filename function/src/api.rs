@@ -338,7 +338,7 @@ pub struct MetalClusterStatus {
     pub host_pool: String,
     /// The Cluster's Available condition is True.
     pub control_plane_available: bool,
-    /// WaitingForHost, HostError (the claimed host reports an error), Provisioning, Bootstrapping, InstallingCNI, Ready, RollingOut (the control plane is replacing machines); with inference JoiningFleet, InferenceReady.
+    /// WaitingForHost, HostError (the claimed host reports an error), Provisioning, Bootstrapping, InstallingCNI, Ready, RollingOut (the control plane or a worker pool is adding, replacing or removing machines, or a machine is not ready yet); with inference JoiningFleet, InferenceReady.
     pub phase: String,
     /// The cluster in the Modelplane fleet.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -80,7 +80,8 @@ pub enum Phase {
     Bootstrapping,
     InstallingCNI,
     Ready,
-    /// Was up; the control plane is replacing machines.
+    /// The API and CNI are up; the control plane or a worker pool is
+    /// adding, replacing or removing machines, or a machine is not ready.
     RollingOut,
     /// CNI installed; Modelplane is adopting the cluster.
     JoiningFleet,
@@ -226,8 +227,9 @@ pub fn phase(observed: &BTreeMap<String, Value>, pool: &Pool<'_>, inference: boo
         if !is_ready("cilium", observed.get("cilium")) {
             return Phase::InstallingCNI;
         }
+        // Not complete: rolling out, scaling, or machines not ready yet.
         if control_plane_rollout(observed.get("kubeadmcontrolplane"))
-            .is_some_and(|r| r.rolling_out())
+            .is_some_and(|r| !r.complete())
             || observed
                 .iter()
                 .filter(|(k, _)| crate::builders::workers::is_machine_deployment(k))
