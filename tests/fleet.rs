@@ -639,12 +639,22 @@ fn ready_means_every_pool_ready() {
     assert_eq!(status["workers"][0]["readyReplicas"], 1);
     observed.insert("worker-gpu", rollout("MachineDeployment", 2, 2, 2));
     // Every machine there and up to date, one control plane node not ready.
-    observed.insert("kubeadmcontrolplane", rollout("KubeadmControlPlane", 3, 2, 3));
+    observed.insert(
+        "kubeadmcontrolplane",
+        rollout("KubeadmControlPlane", 3, 2, 3),
+    );
     let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
     assert_eq!(status["phase"], "RollingOut", "{status}");
-    observed.insert("kubeadmcontrolplane", rollout("KubeadmControlPlane", 3, 3, 3));
+    observed.insert(
+        "kubeadmcontrolplane",
+        rollout("KubeadmControlPlane", 3, 3, 3),
+    );
     let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
     assert_eq!(status["phase"], "Ready", "{status}");
+    // Just scaled (the spec asks 2, the pool has not seen it): not done.
+    observed.insert("worker-gpu", rollout("MachineDeployment", 1, 1, 1));
+    let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
+    assert_eq!(status["phase"], "RollingOut", "{status}");
     assert_eq!(status["nodes"], "6/6");
 }
 

@@ -298,7 +298,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
 
     let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
     let pool = status::pool_state(hosts.as_deref(), &names);
-    let phase = status::phase(&observed, &pool, mc.spec.inference.is_some());
+    let phase = status::phase(&mc, &observed, &pool);
     let mut rsp = response::to(req, ttl(phase, &pool));
 
     // BareMetalHosts are inventory: read, never composed.

@@ -217,7 +217,19 @@ pub fn rollout(kcp: Option<&Value>) -> Option<Rollout> {
     })
 }
 
-pub fn phase(observed: &BTreeMap<String, Value>, pool: &Pool<'_>, inference: bool) -> Phase {
+/// Whether the control plane and every worker pool are complete at the
+/// replicas the spec asks for now (an edit not yet applied is not done).
+pub fn machines_complete(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> bool {
+    let cp = control_plane_rollout(observed.get("kubeadmcontrolplane"))
+        .is_none_or(|r| r.complete() && r.desired == i64::from(mc.spec.control_plane.replicas));
+    cp && worker_rollouts(mc, observed)
+        .into_iter()
+        .zip(&mc.spec.workers)
+        .all(|((_, r), w)| r.is_some_and(|r| r.complete() && r.desired == i64::from(w.replicas)))
+}
+
+pub fn phase(mc: &MetalCluster, observed: &BTreeMap<String, Value>, pool: &Pool<'_>) -> Phase {
+    let inference = mc.spec.inference.is_some();
     if let Pool::Claimed(h) = pool
         && hosts::error(h).is_some()
     {
@@ -228,13 +240,7 @@ pub fn phase(observed: &BTreeMap<String, Value>, pool: &Pool<'_>, inference: boo
             return Phase::InstallingCNI;
         }
         // Not complete: rolling out, scaling, or machines not ready yet.
-        if control_plane_rollout(observed.get("kubeadmcontrolplane"))
-            .is_some_and(|r| !r.complete())
-            || observed
-                .iter()
-                .filter(|(k, _)| crate::builders::workers::is_machine_deployment(k))
-                .any(|(_, md)| !rollout(Some(md)).is_some_and(|r| r.complete()))
-        {
+        if !machines_complete(mc, observed) {
             return Phase::RollingOut;
         }
         match (
@@ -344,9 +350,7 @@ pub fn xr_status(
         kubeconfig_secret: names.kubeconfig_secret.clone(),
         host_pool: mc.spec.host.pool.clone(),
         control_plane_available: is_ready("cluster", observed.get("cluster")),
-        phase: phase(observed, pool, mc.spec.inference.is_some())
-            .as_str()
-            .into(),
+        phase: phase(mc, observed, pool).as_str().into(),
         control_plane: control_plane_rollout(observed.get("kubeadmcontrolplane"))
             .map(rollout_status),
         host: match pool {
