@@ -651,11 +651,12 @@ fn ready_means_every_pool_ready() {
     );
     let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
     assert_eq!(status["phase"], "Ready", "{status}");
+    assert_eq!(status["nodes"], "6/6");
     // Just scaled (the spec asks 2, the pool has not seen it): not done.
     observed.insert("worker-gpu", rollout("MachineDeployment", 1, 1, 1));
     let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
     assert_eq!(status["phase"], "RollingOut", "{status}");
-    assert_eq!(status["nodes"], "6/6");
+    assert_eq!(status["nodes"], "5/6");
 }
 
 /// With inference, each GPU worker pool is a Modelplane node pool with its
