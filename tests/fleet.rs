@@ -786,3 +786,30 @@ fn a_pool_short_of_hosts_says_so() {
     let rsp = compose(&request(&example_xr(), &BTreeMap::new(), Some(&[])));
     assert!(condition(&rsp, "HostsSuffice").is_none());
 }
+
+/// A fleet's workers are NotReady until the CNI runs, so its Cluster is not
+/// Available before Cilium: Cilium is composed once the control plane is.
+#[test]
+fn cilium_waits_for_the_control_plane_not_the_workers() {
+    let cluster = |conds: &[(&str, &str)]| {
+        let mut c = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "rack1-cluster"}});
+        for (t, st) in conds {
+            c = with_condition(c, t, st);
+        }
+        c
+    };
+    let cp = [pool_host("cp1", "rack1-cp", true)];
+    let none = BTreeMap::from([(
+        "cluster",
+        cluster(&[("Available", "False"), ("ControlPlaneAvailable", "False")]),
+    )]);
+    let rsp = compose(&fleet_request(&none, &cp, Some(&[]), &[]));
+    assert!(!desired(&rsp).contains_key("cilium"));
+    let cp_only = BTreeMap::from([(
+        "cluster",
+        cluster(&[("Available", "False"), ("ControlPlaneAvailable", "True")]),
+    )]);
+    let rsp = compose(&fleet_request(&cp_only, &cp, Some(&[]), &[]));
+    assert!(desired(&rsp).contains_key("cilium"));
+    assert_eq!(desired_status(&rsp)["phase"], "InstallingCNI");
+}

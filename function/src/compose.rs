@@ -233,12 +233,12 @@ pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
         .unwrap_or_default()
 }
 
-/// The CNI objects need the workload kubeconfig, which exists only once the
-/// cluster is available. Once composed they stay, so a passing blip in the
+/// The CNI objects need the workload API, which answers once the control
+/// plane is available. Once composed they stay, so a passing blip in the
 /// Cluster's conditions never uninstalls Cilium.
 pub fn families(observed: &BTreeMap<String, Value>) -> Families {
     let seen = |names: &[&str]| names.iter().any(|n| observed.contains_key(*n));
-    let cluster_up = status::is_ready("cluster", observed.get("cluster"));
+    let cluster_up = status::api_up(observed.get("cluster"));
     Families {
         cni: cluster_up || seen(&CNI_RESOURCES),
         // Modelplane adopts through the workload kubeconfig.

@@ -51,6 +51,17 @@ pub fn inference_gateway(object: Option<&Value>) -> Option<String> {
         .map(String::from)
 }
 
+/// Whether the workload API server answers: the Cluster is Available, or
+/// its control plane is (Cluster v1beta2 `ControlPlaneAvailable`: etcd
+/// quorum and a healthy API server). A fleet's Cluster is Available only
+/// once its worker pools are, whose nodes are NotReady until the CNI runs:
+/// waiting for Available to install Cilium would never end.
+pub fn api_up(cluster: Option<&Value>) -> bool {
+    cluster.is_some_and(|c| {
+        condition_is_true(c, "Available") || condition_is_true(c, "ControlPlaneAvailable")
+    })
+}
+
 /// Whether the observed composed resource named `resource_name` is ready.
 pub fn is_ready(resource_name: &str, observed: Option<&Value>) -> bool {
     if resource_name == "inference-cluster" {
@@ -235,7 +246,7 @@ pub fn phase(mc: &MetalCluster, observed: &BTreeMap<String, Value>, pool: &Pool<
     {
         return Phase::HostError;
     }
-    if is_ready("cluster", observed.get("cluster")) {
+    if api_up(observed.get("cluster")) {
         if !is_ready("cilium", observed.get("cilium")) {
             return Phase::InstallingCNI;
         }
