@@ -87,6 +87,63 @@ fn benches(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    // Fleet size: every host claimed and listed, one Usage each; the
+    // objects per pool are fixed, so the cost should grow linearly in nodes.
+    let mut g = c.benchmark_group("fleet");
+    for n in [1, 10, 50] {
+        let req = fleet_request(n);
+        assert_eq!(
+            metalplane::compose::compose(&req)
+                .results
+                .iter()
+                .filter(|r| r.severity == 1)
+                .count(),
+            0
+        );
+        g.bench_function(format!("nodes={n:02}"), |b| {
+            b.iter(|| metalplane::run(black_box(&req)))
+        });
+    }
+    g.finish();
+}
+
+/// A claimed, provisioned host of `pool` for the fleet example's cluster.
+fn claimed(name: &str, pool: &str) -> Value {
+    let mut h = load("tests/fixtures/hosts/r730-provisioned.yaml").remove(0);
+    h["metadata"]["name"] = name.into();
+    h["metadata"]["labels"]["metal.kube.farm/pool"] = pool.into();
+    h["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = "rack1-cluster".into();
+    h["spec"]["consumerRef"]["name"] = format!("{name}-m3m").into();
+    h
+}
+
+/// One node: the built-in example on its claimed host. More: three
+/// control plane machines and a gpu pool of n - 3, every host claimed.
+fn fleet_request(n: usize) -> RunFunctionRequest {
+    if n == 1 {
+        let mut h = load("tests/fixtures/hosts/r730-provisioned.yaml").remove(0);
+        h["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = "r730-cluster".into();
+        let xr = render::parse_stream(metalplane::EXAMPLE_XR, "example")
+            .expect("example")
+            .remove(0);
+        return with_hosts(render::request(&xr, &[]).expect("request"), &[h]);
+    }
+    let mut xr = load("examples/metalcluster/fleet.yaml").remove(0);
+    xr["spec"]["workers"] = serde_json::json!([{
+        "name": "gpu", "replicas": n - 3, "pool": "rack1-gpu",
+        "addresses": "10.40.8.30-10.40.8.129",
+        "gpu": xr["spec"]["workers"][0]["gpu"].clone(),
+    }]);
+    let cp: Vec<Value> = (1..=3)
+        .map(|i| claimed(&format!("cp-{i}"), "rack1-cp"))
+        .collect();
+    let gpu: Vec<Value> = (1..=n - 3)
+        .map(|i| claimed(&format!("gpu-{i}"), "rack1-gpu"))
+        .collect();
+    let mut req = with_hosts(render::request(&xr, &[]).expect("request"), &cp);
+    render::with_required(&mut req, "hosts.rack1-gpu", &gpu).expect("hosts");
+    req
 }
 
 criterion_group!(compose, benches);

@@ -31,6 +31,22 @@ for b, med, mean in rows:
     print(f"| {b} | {med/1000:.1f} µs | {mean/1000:.1f} µs | {med/floor:.1f}x |")
 PY
 )
+fleet=$(python3 - <<'PY'
+import json, pathlib
+root = pathlib.Path("target/criterion/fleet")
+rows = []
+for est in sorted(root.glob("*/new/estimates.json")):
+    bench = json.loads((est.parent / "benchmark.json").read_text())["function_id"]
+    n = int(bench.split("=")[1])
+    rows.append((n, json.loads(est.read_text())["median"]["point_estimate"]))
+rows.sort()
+one = rows[0][1]
+print("| nodes | median | per node | median / 1 node |")
+print("|---:|---:|---:|---:|")
+for n, med in rows:
+    print(f"| {n} | {med/1000:.1f} µs | {med/1000/n:.1f} µs | {med/one:.1f}x |")
+PY
+)
 
 PY="$VENV/bin/python"
 ./target/release/loadgen --count "$COUNT" --concurrency 1,4,16 \
@@ -48,6 +64,10 @@ PY="$VENV/bin/python"
   echo "## In process (criterion)"
   echo
   echo "$criterion"
+  echo
+  echo "### Compose cost by cluster size (every host claimed)"
+  echo
+  echo "$fleet"
   echo
   echo "## Over gRPC on loopback (loadgen)"
   echo

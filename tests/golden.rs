@@ -44,6 +44,13 @@ fn built_in_example() {
     assert_eq!(stderr.trim(), "warning: no available host in pool r730");
 }
 
+/// The fleet: three control plane machines behind a VIP, two worker pools.
+#[test]
+fn fleet_example() {
+    let out = render(&["examples/metalcluster/fleet.yaml"]);
+    check_golden("fleet.yaml", &out);
+}
+
 #[test]
 fn explicit_file_matches_built_in_example() {
     let a = render(&[]);

@@ -71,7 +71,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let scenarios: [Scenario; 12] = [
+    let scenarios: [Scenario; 13] = [
         ("install", install),
         ("provision", provision),
         ("operation", operation),
@@ -84,6 +84,7 @@ fn main() -> ExitCode {
         ("teardown-background", |l| teardown(l, R730, false)),
         ("bad-input-then-function-restart", bad_input_and_restart),
         ("teardown-foreground", |l| teardown(l, R730, true)),
+        ("multi-node", multi_node),
     ];
     // METALPLANE_LAB_ONLY=a,b runs just those scenarios (while developing
     // one; each leaves the lab as the next expects only in the full run).
@@ -324,11 +325,12 @@ fn example_xr() -> Result<Value, String> {
 }
 
 /// The phases this lab can reach, in the order the XR must show them.
-const PHASE_ORDER: [&str; 6] = [
+const PHASE_ORDER: [&str; 7] = [
     "WaitingForHost",
     "Provisioning",
     "Bootstrapping",
     "InstallingCNI",
+    "RollingOut",
     "Ready",
     "JoiningFleet",
 ];
@@ -701,7 +703,8 @@ fn operation_any_namespace(lab: &Lab) -> Outcome {
 /// Cluster-side kinds, each of which must hold nothing in the namespace
 /// after a teardown.
 const CLUSTER_KINDS: &str = "clusters.cluster.x-k8s.io,kubeadmcontrolplanes.controlplane.cluster.x-k8s.io,\
-machines.cluster.x-k8s.io,kubeadmconfigs.bootstrap.cluster.x-k8s.io,metal3clusters.infrastructure.cluster.x-k8s.io,\
+machines.cluster.x-k8s.io,machinesets.cluster.x-k8s.io,machinedeployments.cluster.x-k8s.io,\
+kubeadmconfigs.bootstrap.cluster.x-k8s.io,kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io,metal3clusters.infrastructure.cluster.x-k8s.io,\
 metal3machines.infrastructure.cluster.x-k8s.io,metal3machinetemplates.infrastructure.cluster.x-k8s.io,\
 metal3datatemplates.infrastructure.cluster.x-k8s.io,metal3datas.infrastructure.cluster.x-k8s.io,\
 metal3dataclaims.infrastructure.cluster.x-k8s.io,ippools.ipam.metal3.io,ipclaims.ipam.metal3.io,\
@@ -1657,4 +1660,327 @@ fn cilium_and_kube_proxy(lab: &Lab, who: Subject, replaced: bool) -> Outcome {
         if kube_proxy { "present" } else { "absent" }
     );
     Ok(())
+}
+
+/// The multi-node MetalCluster: the repository's fleet example (three
+/// control plane machines behind a VIP, a gpu pool of two and a cpu pool of
+/// one) on seven simulated hosts of three pools.
+const RACK: &str = "rack1";
+const RACK_POOLS: [(&str, &str, usize); 3] = [
+    ("rack1-cp", "eno1", 3),
+    ("rack1-gpu", "eno1np0", 3),
+    ("rack1-cpu", "eno1", 1),
+];
+
+fn rack_host_names() -> Vec<String> {
+    RACK_POOLS
+        .iter()
+        .flat_map(|(pool, _, n)| (1..=*n).map(move |i| format!("{pool}-{i}")))
+        .collect()
+}
+
+/// The rack's hosts in BMO's namespace, inspection disabled and their
+/// HardwareData given (NIC names as the example's boot interfaces).
+fn rack_hosts() -> Vec<Value> {
+    let mut docs = Vec::new();
+    let mut n = 0;
+    for (pool, nic, count) in RACK_POOLS {
+        for i in 1..=count {
+            n += 1;
+            let name = format!("{pool}-{i}");
+            let mac = format!("18:66:da:00:0f:{n:02x}");
+            docs.push(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{name}-bmc"), "namespace": NS},
+                "stringData": {"username": "root", "password": "lab-only"},
+            }));
+            docs.push(json!({
+                "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                "metadata": {"name": name, "namespace": NS, "labels": {"metal.kube.farm/pool": pool},
+                             "annotations": {"inspect.metal3.io": "disabled"}},
+                "spec": {
+                    "online": false, "bootMode": "UEFI", "bootMACAddress": mac,
+                    "bmc": {
+                        "address": format!("idrac-virtualmedia://10.40.8.{}/redfish/v1/Systems/System.Embedded.1", 100 + n),
+                        "credentialsName": format!("{name}-bmc"),
+                        "disableCertificateVerification": true,
+                    },
+                },
+            }));
+            docs.push(json!({
+                "apiVersion": "metal3.io/v1alpha1", "kind": "HardwareData",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"hardware": {
+                    "hostname": name,
+                    "cpu": {"arch": "x86_64", "model": "Intel Xeon Gold 6248", "clockMegahertz": 2500, "count": 80, "flags": ["vmx"]},
+                    "ramMebibytes": 393216,
+                    "nics": [{"name": nic, "mac": mac, "speedGbps": 25, "pxe": true}],
+                    "storage": [{"name": "/dev/sda", "sizeBytes": 960197124096_u64, "rotational": false, "type": "SSD"}],
+                    "systemVendor": {"manufacturer": "Supermicro", "productName": "SYS-4029GP-TRT", "serialNumber": format!("LABF{n:03}")},
+                    "firmware": {"bios": {"vendor": "American Megatrends", "version": "3.4", "date": "01/01/2025"}},
+                }},
+            }));
+        }
+    }
+    docs
+}
+
+fn rack_xr() -> Result<Value, String> {
+    let path = xtask::repo_root().join("examples/metalcluster/fleet.yaml");
+    let mut xr = xtask::lab::kube::load_yaml(&path)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("the fleet example is empty")?;
+    xr["spec"]["workers"][0]["pool"] = json!("rack1-gpu");
+    xr["spec"]["cni"] = json!({"chartRepository": xtask::lab::charts::repository()});
+    Ok(xr)
+}
+
+/// What the rack looks like now: the XR's phase and nodes, and per host
+/// (state, powered on, consumer).
+#[derive(Clone, Debug, PartialEq)]
+struct RackSeen {
+    phase: String,
+    nodes: String,
+    listed: usize,
+    hosts: BTreeMap<String, (String, bool, String)>,
+}
+
+fn rack_seen(lab: &Lab) -> RackSeen {
+    let x = get(lab, "metalcluster", RACK).unwrap_or(Value::Null);
+    let hosts = lab
+        .kube
+        .list("baremetalhosts", Some(NS))
+        .into_iter()
+        .filter(|h| str_at(h, "/metadata/name").starts_with("rack1-"))
+        .map(|h| {
+            (
+                str_at(&h, "/metadata/name").to_string(),
+                (
+                    str_at(&h, "/status/provisioning/state").to_string(),
+                    h.pointer("/status/poweredOn").and_then(Value::as_bool) == Some(true),
+                    str_at(&h, "/spec/consumerRef/name").to_string(),
+                ),
+            )
+        })
+        .collect();
+    RackSeen {
+        phase: str_at(&x, "/status/phase").to_string(),
+        nodes: str_at(&x, "/status/nodes").to_string(),
+        listed: x
+            .pointer("/status/hosts")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len),
+        hosts,
+    }
+}
+
+/// Polls the rack until `done`, printing every change.
+fn follow_rack(
+    lab: &Lab,
+    what: &str,
+    secs: u64,
+    done: impl Fn(&RackSeen) -> bool,
+) -> Result<f64, String> {
+    let t = Instant::now();
+    let mut last: Option<RackSeen> = None;
+    loop {
+        let s = rack_seen(lab);
+        if last.as_ref().map(|l| (&l.phase, &l.nodes, l.listed))
+            != Some((&s.phase, &s.nodes, s.listed))
+        {
+            let provisioned = s.hosts.values().filter(|h| h.0 == "provisioned").count();
+            println!(
+                "  {:>6.1}s phase={} nodes={} hosts listed={} provisioned={provisioned}",
+                t.elapsed().as_secs_f64(),
+                s.phase,
+                s.nodes,
+                s.listed
+            );
+        }
+        if done(&s) {
+            return Ok(t.elapsed().as_secs_f64());
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            return Err(format!("{what}: timed out after {secs} s; last seen {s:?}"));
+        }
+        last = Some(s);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The hosts whose BareMetalHost is protected by a Usage.
+fn protected_hosts(lab: &Lab) -> Vec<String> {
+    let mut out: Vec<String> = lab
+        .kube
+        .list("usages.protection.crossplane.io", Some(NS))
+        .iter()
+        .filter(|u| str_at(u, "/spec/of/kind") == "BareMetalHost")
+        .map(|u| str_at(u, "/spec/of/resourceRef/name").to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Patches the gpu pool's replicas (a JSON patch: a merge patch would
+/// replace the whole list).
+fn scale_gpu(lab: &Lab, replicas: u32) -> Outcome {
+    let patch = json!([
+        {"op": "test", "path": "/spec/workers/0/name", "value": "gpu"},
+        {"op": "replace", "path": "/spec/workers/0/replicas", "value": replicas},
+    ]);
+    lab.kube
+        .run(&[
+            "patch",
+            "metalcluster",
+            RACK,
+            "-n",
+            NS,
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// A 3 + 2 + 1 cluster reaches Ready with every node; the gpu pool scales
+/// 2 -> 3 -> 2 (the freed host deprovisioned, powered off and back in its
+/// pool); deleting the MetalCluster returns every host, inventory intact.
+fn multi_node(lab: &Lab) -> Outcome {
+    apply_inventory(lab)?;
+    lab.kube.apply(&rack_hosts()).map_err(|e| e.to_string())?;
+    let names = rack_host_names();
+    wait("the rack's seven hosts available", 240, || {
+        let s = rack_seen(lab);
+        names
+            .iter()
+            .all(|n| s.hosts.get(n).is_some_and(|h| h.0 == "available"))
+    })?;
+    let uids: BTreeMap<String, String> = names
+        .iter()
+        .map(|n| {
+            (
+                n.clone(),
+                get(lab, "baremetalhost", n)
+                    .map(|v| uid(&v))
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    let decoy_before = get(lab, "baremetalhost", DECOY).ok_or("decoy host missing")?;
+
+    lab.kube.apply(&[rack_xr()?]).map_err(|e| e.to_string())?;
+    let up = follow_rack(
+        lab,
+        "3 control plane + 2 gpu + 1 cpu nodes Ready",
+        900,
+        |s| s.phase == "Ready" && s.nodes == "6/6" && s.listed == 6,
+    )?;
+    let x = get(lab, "metalcluster", RACK).ok_or("rack1 missing")?;
+    let pools: Vec<&str> = x["status"]["hosts"]
+        .as_array()
+        .map(|a| a.iter().map(|h| str_at(h, "/pool")).collect())
+        .unwrap_or_default();
+    for (pool, _, n) in RACK_POOLS {
+        let want = if pool == "rack1-gpu" { 2 } else { n };
+        check(pools.iter().filter(|p| **p == pool).count() == want, || {
+            format!("status.hosts of pool {pool}: {pools:?}")
+        })?;
+    }
+    check(
+        str_at(&x, "/status/controlPlaneEndpoint") == "10.40.8.20:6443",
+        || format!("endpoint {}", str_at(&x, "/status/controlPlaneEndpoint")),
+    )?;
+    let claimed: Vec<String> = rack_seen(lab)
+        .hosts
+        .iter()
+        .filter(|(_, h)| !h.2.is_empty())
+        .map(|(n, _)| n.clone())
+        .collect();
+    wait("a Usage protects each claimed host", 60, || {
+        protected_hosts(lab) == claimed
+    })
+    .map_err(|e| format!("{e}: {:?} vs {claimed:?}", protected_hosts(lab)))?;
+    println!("  Ready with 6/6 nodes after {up:.1} s; Usages protect {claimed:?}");
+
+    scale_gpu(lab, 3)?;
+    let t = follow_rack(lab, "gpu pool scaled to 3", 600, |s| {
+        s.phase == "Ready" && s.nodes == "7/7" && s.listed == 7
+    })?;
+    println!("  gpu pool 2 -> 3: Ready with 7/7 nodes after {t:.1} s");
+
+    scale_gpu(lab, 2)?;
+    let t = follow_rack(lab, "gpu pool scaled back to 2", 600, |s| {
+        let freed = s
+            .hosts
+            .iter()
+            .filter(|(n, h)| {
+                n.starts_with("rack1-gpu") && h.0 == "available" && !h.1 && h.2.is_empty()
+            })
+            .count();
+        s.phase == "Ready" && s.nodes == "6/6" && s.listed == 6 && freed == 1
+    })?;
+    let freed: Vec<String> = rack_seen(lab)
+        .hosts
+        .into_iter()
+        .filter(|(n, h)| n.starts_with("rack1-gpu") && h.2.is_empty())
+        .map(|(n, _)| n)
+        .collect();
+    wait("the freed host's Usage gone", 60, || {
+        !protected_hosts(lab).iter().any(|p| freed.contains(p)) && protected_hosts(lab).len() == 6
+    })
+    .map_err(|e| format!("{e}: {:?}", protected_hosts(lab)))?;
+    println!(
+        "  gpu pool 3 -> 2: Ready with 6/6 after {t:.1} s; {freed:?} deprovisioned, off, back in pool rack1-gpu"
+    );
+
+    lab.kube
+        .run(&[
+            "delete",
+            "metalcluster",
+            RACK,
+            "-n",
+            NS,
+            "--cascade=foreground",
+            "--wait=false",
+        ])
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    loop {
+        for (n, before) in &uids {
+            let ok = get(lab, "baremetalhost", n).is_some_and(|v| {
+                &uid(&v) == before && v.pointer("/metadata/deletionTimestamp").is_none()
+            });
+            check(ok, || {
+                format!(
+                    "host {n} deleted or being deleted {:.0} s into the teardown",
+                    t.elapsed().as_secs_f64()
+                )
+            })?;
+        }
+        let s = rack_seen(lab);
+        let home = s
+            .hosts
+            .values()
+            .all(|h| h.0 == "available" && !h.1 && h.2.is_empty());
+        if get(lab, "metalcluster", RACK).is_none() && home {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(600) {
+            return Err(format!("teardown did not finish in 600 s: {s:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    println!(
+        "  deleted: every host available, off and unclaimed after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    wait("nothing of rack1's cluster left", 120, || {
+        lab.kube
+            .run(&["get", CLUSTER_KINDS, "-n", NS, "-o", "name"])
+            .is_ok_and(|o| !o.contains("rack1"))
+    })?;
+    decoy_untouched(lab, &decoy_before)
 }

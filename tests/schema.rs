@@ -52,7 +52,23 @@ fn scenarios() -> Vec<(&'static str, Value, BTreeMap<&'static str, Value>)> {
             "True",
         ),
     )]);
+    let fleet = load_yaml(&repo_root().join("examples/metalcluster/fleet.yaml"))[0].clone();
+    let mut fleet_available = available.clone();
+    if let Some(c) = fleet_available.get_mut("cluster") {
+        c["metadata"]["name"] = json!("rack1-cluster");
+    }
     vec![
+        ("fleet", fleet.clone(), BTreeMap::new()),
+        ("fleet-cni", fleet.clone(), fleet_available.clone()),
+        (
+            "fleet-inference",
+            {
+                let mut f = fleet;
+                f["spec"]["inference"] = json!({});
+                f
+            },
+            fleet_available,
+        ),
         ("example", ex.clone(), BTreeMap::new()),
         ("example-cni", ex, available.clone()),
         ("minimal", minimal.clone(), BTreeMap::new()),
@@ -91,6 +107,50 @@ fn every_composed_object_validates_against_upstream_crds() {
     }
 }
 
+/// Crossplane may manage every kind the function composes: kinds of
+/// Crossplane packages (helm, kubernetes, Usages) are granted by their
+/// packages, every other kind by apis/metalclusters/rbac.yaml.
+#[test]
+fn crossplane_is_granted_every_composed_kind() {
+    let rbac = load_yaml(&repo_root().join("apis/metalclusters/rbac.yaml"));
+    let rules = rbac[0]["rules"].as_array().expect("rules").clone();
+    let granted = |group: &str, plural: &str| {
+        rules.iter().any(|r| {
+            r["apiGroups"]
+                .as_array()
+                .is_some_and(|g| g.iter().any(|g| g == group))
+                && r["resources"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p == plural))
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|v| v == "*"))
+        })
+    };
+    for (name, xr, observed) in scenarios() {
+        for (res, obj) in desired(&compose(&request(&xr, &observed, Some(&[])))) {
+            let group = obj["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            if group.ends_with(".crossplane.io") {
+                continue;
+            }
+            let plural = format!(
+                "{}s",
+                obj["kind"].as_str().unwrap_or_default().to_lowercase()
+            );
+            assert!(
+                granted(&group, &plural),
+                "{name}/{res}: {plural}.{group} is not granted to Crossplane"
+            );
+        }
+    }
+}
+
 #[test]
 fn xr_status_validates_against_the_xrd() {
     let schemas = Schemas::get();
@@ -118,6 +178,7 @@ fn packaged_manifests_validate() {
         "apis/crossplane.yaml",
         "examples/metalcluster/r730.yaml",
         "examples/metalcluster/r730-inference.yaml",
+        "examples/metalcluster/fleet.yaml",
     ] {
         for doc in load_yaml(&root.join(f)) {
             let p = schemas.problems(&doc);
@@ -256,8 +317,15 @@ fn spec_schema(xrd: &Value) -> Value {
 }
 
 /// Dotted paths of every leaf below `schema` (objects with properties are
-/// walked into; maps, lists and opaque objects are leaves).
+/// walked into, so are the items of lists of them as `list[]`; maps, lists
+/// of scalars and opaque objects are leaves).
 fn leaves(schema: &Value, prefix: &str, out: &mut Vec<String>) {
+    if let Some(items) = schema
+        .get("items")
+        .filter(|i| i.get("properties").is_some())
+    {
+        return leaves(items, &format!("{prefix}[]"), out);
+    }
     match schema.get("properties").and_then(Value::as_object) {
         Some(props) => {
             for (k, v) in props {
@@ -298,6 +366,7 @@ fn examples_read_into_the_api_types() {
     for f in [
         "examples/metalcluster/r730.yaml",
         "examples/metalcluster/r730-inference.yaml",
+        "examples/metalcluster/fleet.yaml",
     ] {
         let xr = load_yaml(&repo_root().join(f))[0].clone();
         let spec: metalplane::api::MetalClusterSpec =
@@ -333,12 +402,17 @@ fn every_spec_field_has_one_class() {
     }
     for t in &table {
         assert!(
-            all.iter()
-                .any(|l| l == t || l.starts_with(&format!("{t}."))),
+            all.iter().any(|l| l == t
+                || l.starts_with(&format!("{t}."))
+                || l.starts_with(&format!("{t}[]."))),
             "spec.{t} is classified but not in the XRD"
         );
     }
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
+    assert!(
+        metalplane::fields::regenerate_readme(&readme).expect("markers") == readme,
+        "the README's edit table drifted from function/src/fields.rs: run cargo xtask generate"
+    );
     for f in metalplane::fields::FIELDS {
         let row = format!(
             "| `spec.{}` | {} | {} |",
@@ -369,8 +443,16 @@ fn edited(v: &Value) -> Value {
     }
 }
 
+/// A JSON pointer to `path`, the first item of a list standing for `[]`.
 fn pointer(path: &str) -> String {
-    format!("/{}", path.replace('.', "/"))
+    format!("/{}", path.replace("[]", ".0").replace('.', "/"))
+}
+
+/// The examples' specs: the single node with every optional section, and
+/// the fleet (control plane and worker pools).
+fn example_specs() -> [Value; 2] {
+    ["r730-inference.yaml", "fleet.yaml"]
+        .map(|f| load_yaml(&repo_root().join("examples/metalcluster").join(f))[0]["spec"].clone())
 }
 
 /// The XRD's transition rules that fail for old -> new specs of a
@@ -426,9 +508,11 @@ fn edits_before_anything_was_composed_are_allowed() {
 /// an in-place edit fails none.
 #[test]
 fn edit_rules_refuse_exactly_the_refused_fields() {
-    let full = load_yaml(&repo_root().join("examples/metalcluster/r730-inference.yaml"))[0]["spec"]
-        .clone();
-    assert!(refusals(&full, &full).is_empty(), "no edit, no refusal");
+    let [single, fleet] = example_specs();
+    for full in [&single, &fleet] {
+        assert!(refusals(full, full).is_empty(), "no edit, no refusal");
+    }
+    let full = single.clone();
     let fields = metalplane::fields::FIELDS;
     for f in fields {
         // An object whose fields are listed: its presence is tested below.
@@ -438,8 +522,15 @@ fn edit_rules_refuse_exactly_the_refused_fields() {
         {
             continue;
         }
-        let mut new = full.clone();
         let ptr = pointer(f.path);
+        // The example that has the field's parent.
+        let (parent_ptr, _) = ptr.rsplit_once('/').expect("path");
+        let full = if parent_ptr.is_empty() || full.pointer(parent_ptr).is_some() {
+            full.clone()
+        } else {
+            fleet.clone()
+        };
+        let mut new = full.clone();
         let before = full.pointer(&ptr).cloned().unwrap_or(Value::Null);
         let (parent, key) = ptr.rsplit_once('/').expect("path");
         let target = if parent.is_empty() {
@@ -452,14 +543,16 @@ fn edit_rules_refuse_exactly_the_refused_fields() {
         match f.class {
             metalplane::fields::Class::Refused => {
                 assert_eq!(failed.len(), 1, "spec.{}: {failed:?}", f.path);
-                assert_eq!(failed[0].0, format!(".{}", f.path));
+                let list = f.path.split_once("[]").map_or(f.path, |(l, _)| l);
+                assert_eq!(failed[0].0, format!(".{list}"));
                 assert!(
                     failed[0].1.starts_with(&format!("spec.{} cannot", f.path)),
                     "{}",
                     failed[0].1
                 );
                 assert!(
-                    failed[0].1.contains("create a new MetalCluster"),
+                    failed[0].1.contains("create a new MetalCluster")
+                        || failed[0].1.contains(metalplane::fields::POOL_INSTEAD),
                     "says what to do instead"
                 );
             }

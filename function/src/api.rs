@@ -35,7 +35,7 @@ fn yes() -> bool {
     true
 }
 
-/// A single-node Kubernetes cluster on one BareMetalHost of a pool.
+/// A Kubernetes cluster on BareMetalHosts: one node, or a control plane behind a virtual IP and pools of workers.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetalClusterSpec {
@@ -50,6 +50,73 @@ pub struct MetalClusterSpec {
     pub access: Option<AccessSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inference: Option<InferenceSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneSpec>,
+    /// Pools of worker machines; without them the control plane runs the workloads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub workers: Vec<WorkerSpec>,
+}
+
+fn one() -> i64 {
+    1
+}
+fn default_kube_vip_image() -> String {
+    crate::topology::DEFAULT_KUBE_VIP_IMAGE.into()
+}
+
+/// A control plane of several machines behind a virtual IP. Absent: one machine at network.nodeIP.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneSpec {
+    /// Control plane machines: 1, 3 or 5 (etcd keeps a quorum with an odd count).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 5))]
+    pub replicas: i64,
+    /// The API server's virtual IP, in the node subnet and outside every address range; kube-vip announces it (ARP) from the control plane nodes. Required unless replicas is 1 and addresses is one address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 15), extend("format" = "ipv4"))]
+    pub endpoint: Option<String>,
+    /// FIRST-LAST: the control plane nodes' addresses, in the node subnet, at least replicas of them. Replaces network.nodeIP.
+    #[schemars(length(max = 31))]
+    pub addresses: String,
+    /// kube-vip image serving the endpoint; air-gapped sites name their mirror.
+    #[serde(default = "default_kube_vip_image")]
+    #[schemars(length(max = 255))]
+    pub kube_vip_image: String,
+}
+
+/// A pool of worker machines.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerSpec {
+    /// Pool name, a DNS label of at most 20 characters, unique; also its nodes' modelplane.ai/pool label.
+    #[schemars(length(max = 20), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Machines in the pool.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0, max = 100))]
+    pub replicas: i64,
+    /// Selects BareMetalHosts labelled metal.kube.farm/pool=<pool> in this namespace.
+    #[schemars(
+        length(max = 63),
+        pattern(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    )]
+    pub pool: String,
+    /// The NIC the node OS uses; default spec.host.bootInterface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 15), pattern(r"^[a-zA-Z][a-zA-Z0-9._-]*$"))]
+    pub boot_interface: Option<String>,
+    /// FIRST-LAST: the pool's node addresses, in the node subnet, at least replicas of them.
+    #[schemars(length(max = 31))]
+    pub addresses: String,
+    /// Labels of this pool's nodes, merged over spec.kubernetes.nodeLabels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 63}))]
+    pub node_labels: BTreeMap<String, String>,
+    /// Install the NVIDIA driver on this pool's nodes (same shape as spec.gpu).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuSpec>,
 }
 
 /// Which BareMetalHost to use.
@@ -71,10 +138,10 @@ pub struct HostSpec {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkSpec {
-    /// The node's address; also the API server endpoint (<nodeIP>:6443).
-    #[serde(rename = "nodeIP")]
+    /// The single node's address, also the API server endpoint (<nodeIP>:6443). Required without spec.controlPlane, refused with it.
+    #[serde(rename = "nodeIP", default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 15), extend("format" = "ipv4"))]
-    pub node_ip: String,
+    pub node_ip: Option<String>,
     /// Prefix length of the node subnet.
     #[schemars(range(min = 1, max = 32))]
     pub prefix: i64,
@@ -173,6 +240,7 @@ pub struct GpuSpec {
     pub driver_installer_checksum: Option<String>,
     /// GPU product name as the NVIDIA DRA driver reports it (productName), e.g. Tesla V100-PCIE-16GB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub model: Option<String>,
     /// GPUs in the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +248,7 @@ pub struct GpuSpec {
     pub count: Option<i64>,
     /// Usable memory per GPU, a quantity such as 16Gi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
     pub memory: Option<String>,
 }
 
@@ -269,7 +338,7 @@ pub struct MetalClusterStatus {
     pub host_pool: String,
     /// The Cluster's Available condition is True.
     pub control_plane_available: bool,
-    /// WaitingForHost, HostError (the claimed host reports an error), Provisioning, Bootstrapping, InstallingCNI, Ready, RollingOut (the control plane is replacing machines); with inference JoiningFleet, InferenceReady.
+    /// WaitingForHost, HostError (the claimed host reports an error), Provisioning, Bootstrapping, InstallingCNI, Ready, RollingOut (the control plane or a worker pool is adding, replacing or removing machines, or a machine is not ready yet); with inference JoiningFleet, InferenceReady.
     pub phase: String,
     /// The cluster in the Modelplane fleet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -280,6 +349,37 @@ pub struct MetalClusterStatus {
     /// The KubeadmControlPlane's rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<RolloutStatus>,
+    /// Ready/desired nodes of the control plane and every worker pool (with spec.controlPlane or spec.workers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<String>,
+    /// Every BareMetalHost claimed for this cluster (with spec.controlPlane or spec.workers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub hosts: Vec<ClaimedHost>,
+    /// Each worker pool's MachineDeployment rollout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub workers: Vec<WorkerPoolStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedHost {
+    pub name: String,
+    /// Its metal.kube.farm/pool label.
+    pub pool: String,
+    pub provisioning_state: String,
+    pub powered_on: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerPoolStatus {
+    pub name: String,
+    #[serde(flatten)]
+    pub rollout: RolloutStatus,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
@@ -291,6 +391,17 @@ pub struct InferenceStatus {
     /// Address of the inference gateway, once Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_address: Option<String>,
+    /// With GPU worker pools: each pool's Modelplane node pool and InferenceClass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub pools: Vec<InferencePoolStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferencePoolStatus {
+    pub node_pool: String,
+    pub class: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]

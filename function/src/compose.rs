@@ -2,6 +2,7 @@
 //! Pure: no I/O, so the gRPC server, the offline renderer and the
 //! benchmarks all run exactly this.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use function_sdk_rust::resource::struct_to_json;
 use function_sdk_rust::response::{self, ResourceMatch};
 use serde_json::Value;
 
-use crate::builders::{capi, cni, fleet, ipam, lb, metal3};
+use crate::builders::{capi, cni, fleet, ipam, lb, metal3, workers};
 use crate::hosts;
 use crate::names::Names;
 use crate::spec::{self, MetalCluster};
@@ -94,7 +95,46 @@ pub struct Families {
 }
 
 /// The composed graph in a stable order: (composition resource name, manifest).
-pub fn graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'static str, Value)> {
+pub fn graph(
+    mc: &MetalCluster,
+    names: &Names,
+    families: Families,
+) -> Vec<(Cow<'static, str>, Value)> {
+    let mut out: Vec<(Cow<'static, str>, Value)> = base_graph(mc, names, families)
+        .into_iter()
+        .map(|(n, v)| (Cow::Borrowed(n), v))
+        .collect();
+    if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
+        let pools = fleet::node_pools(mc, names, inf);
+        out.push((
+            Cow::Borrowed("inference-kubeconfig"),
+            fleet::kubeconfig_copy(mc, names, inf),
+        ));
+        for p in &pools {
+            out.push((Cow::Owned(p.resource.clone()), fleet::class(mc, inf, p)));
+        }
+        out.push((
+            Cow::Borrowed("inference-cluster"),
+            fleet::cluster(mc, names, inf, &pools),
+        ));
+        out.extend(
+            fleet::usages(mc, names, &pools)
+                .into_iter()
+                .map(|(n, v)| (Cow::Owned(n), v)),
+        );
+    }
+    for w in &mc.spec.workers {
+        out.extend(
+            workers::pool(mc, names, w)
+                .into_iter()
+                .map(|(n, v)| (Cow::Owned(n), v)),
+        );
+    }
+    out
+}
+
+/// The control plane and the add-on families.
+fn base_graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'static str, Value)> {
     let mut out = vec![
         ("ippool", ipam::ippool(mc, names)),
         ("cluster", capi::cluster(mc, names)),
@@ -118,15 +158,6 @@ pub fn graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'sta
             "cilium-needs-providerconfig",
             cni::cilium_provider_config_usage(mc, names),
         ));
-    }
-    if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
-        out.push((
-            "inference-kubeconfig",
-            fleet::kubeconfig_copy(mc, names, inf),
-        ));
-        out.push(("inference-class", fleet::class(mc, names, inf)));
-        out.push(("inference-cluster", fleet::cluster(mc, names, inf)));
-        out.extend(fleet::usages(mc, names));
     }
     if let (true, Some(lb_range)) = (families.lb, &mc.spec.network.load_balancer) {
         out.push((
@@ -187,7 +218,10 @@ pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
                 .iter()
                 .filter_map(|(k, r)| {
                     let s = r.resource.as_ref()?;
-                    let v = if READ_OBSERVED.contains(&k.as_str()) {
+                    let v = if READ_OBSERVED.contains(&k.as_str())
+                        || workers::is_machine_deployment(k)
+                        || k.starts_with(HOST_USAGE)
+                    {
                         struct_to_json(s)
                     } else {
                         Value::Null
@@ -199,12 +233,12 @@ pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
         .unwrap_or_default()
 }
 
-/// The CNI objects need the workload kubeconfig, which exists only once the
-/// cluster is available. Once composed they stay, so a passing blip in the
+/// The CNI objects need the workload API, which answers once the control
+/// plane is available. Once composed they stay, so a passing blip in the
 /// Cluster's conditions never uninstalls Cilium.
 pub fn families(observed: &BTreeMap<String, Value>) -> Families {
     let seen = |names: &[&str]| names.iter().any(|n| observed.contains_key(*n));
-    let cluster_up = status::is_ready("cluster", observed.get("cluster"));
+    let cluster_up = status::api_up(observed.get("cluster"));
     Families {
         cni: cluster_up || seen(&CNI_RESOURCES),
         // Modelplane adopts through the workload kubeconfig.
@@ -264,7 +298,7 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
 
     let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
     let pool = status::pool_state(hosts.as_deref(), &names);
-    let phase = status::phase(&observed, &pool, mc.spec.inference.is_some());
+    let phase = status::phase(&mc, &observed, &pool);
     let mut rsp = response::to(req, ttl(phase, &pool));
 
     // BareMetalHosts are inventory: read, never composed.
@@ -276,17 +310,50 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         Some(ResourceMatch::Labels(status::pool_selector(&mc))),
         Some(mc.namespace.clone()),
     );
+    let worker_pools = status::worker_host_pools(&mc);
+    let mut worker_hosts = Vec::new();
+    for (requirement, pool_name) in &worker_pools {
+        response::require_resources(
+            &mut rsp,
+            requirement,
+            BMH_API_VERSION,
+            BMH_KIND,
+            Some(ResourceMatch::Labels(status::selector(pool_name))),
+            Some(mc.namespace.clone()),
+        );
+        worker_hosts.push(request::get_required_resources(req, requirement));
+    }
+    // Every host claimed for this cluster, once, from every pool read.
+    let mut claimed: Vec<&Value> = Vec::new();
+    for hs in std::iter::once(&hosts).chain(worker_hosts.iter()).flatten() {
+        for h in hs.iter().filter(|h| hosts::is_claimed_by(h, &names)) {
+            if !claimed.iter().any(|c| hosts::name(c) == hosts::name(h)) {
+                claimed.push(h);
+            }
+        }
+    }
+    let all_known = hosts.is_some() && worker_hosts.iter().all(Option::is_some);
+    let pool_hosts: BTreeMap<&str, &[Value]> =
+        std::iter::once((mc.spec.host.pool.as_str(), hosts.as_deref()))
+            .chain(
+                worker_pools
+                    .iter()
+                    .zip(worker_hosts.iter())
+                    .map(|((_, p), hs)| (p.as_str(), hs.as_deref())),
+            )
+            .filter_map(|(p, hs)| Some((p, hs?)))
+            .collect();
 
     for (name, manifest) in graph(&mc, &names, families(&observed)) {
         let Value::Object(map) = manifest else {
             continue;
         };
-        let ready = if status::is_ready(name, observed.get(name)) {
+        let ready = if status::is_ready(&name, observed.get(name.as_ref())) {
             Ready::True
         } else {
             Ready::False
         };
-        let desired: &mut Resource = response::desired_composed(&mut rsp, name);
+        let desired: &mut Resource = response::desired_composed(&mut rsp, name.as_ref());
         desired.resource = Some(into_struct(map));
         function_sdk_rust::resource::set_ready(desired, ready);
     }
@@ -294,27 +361,55 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     // The claimed host, or the one already protected (kept while the pool
     // is briefly unknown, so protection never lapses mid-life).
     let protected = match &pool {
-        Pool::Claimed(h) => h.pointer("/metadata/name").and_then(Value::as_str),
+        Pool::Claimed(h) => Some(hosts::name(h)),
         _ => observed
             .get(HOST_USAGE)
             .and_then(|u| u.pointer("/spec/of/resourceRef/name"))
             .and_then(Value::as_str),
     };
-    if let Some(host) = protected
-        && let Value::Object(map) =
-            crate::builders::host_usage(&mc, &names.host_usage, host, &names.cluster)
-    {
-        let desired = response::desired_composed(&mut rsp, HOST_USAGE);
-        desired.resource = Some(into_struct(map));
-        function_sdk_rust::resource::set_ready(desired, Ready::True);
+    if let Some(host) = protected {
+        protect(
+            &mut rsp,
+            &mc,
+            HOST_USAGE,
+            &names.host_usage,
+            host,
+            &names.cluster,
+        );
+    }
+    // Every other claimed host (fleets), or, while a pool is unknown, every
+    // host already protected.
+    let others: Vec<&str> = if all_known {
+        claimed
+            .iter()
+            .map(|h| hosts::name(h))
+            .filter(|n| Some(*n) != protected)
+            .collect()
+    } else {
+        observed
+            .iter()
+            .filter(|(k, _)| k.starts_with(HOST_USAGE) && k.as_str() != HOST_USAGE)
+            .filter_map(|(_, u)| {
+                u.pointer("/spec/of/resourceRef/name")
+                    .and_then(Value::as_str)
+            })
+            .collect()
+    };
+    for host in others {
+        let resource = format!("{HOST_USAGE}.{host}");
+        let name = format!("{}-{host}-in-use", mc.name);
+        protect(&mut rsp, &mc, &resource, &name, host, &names.cluster);
     }
 
-    let xr_status = status::xr_status(&mc, &names, &observed, &pool);
+    let xr_status = status::xr_status(&mc, &names, &observed, &pool, &claimed);
     let composite = response::desired_composite(&mut rsp);
     // A map-shaped status always serializes; the error arm is unreachable.
     let _ = function_sdk_rust::resource::update_status(composite, &xr_status);
 
     host_conditions(&mut rsp, &xr, &mc, &pool);
+    if (mc.spec.fleet || !mc.spec.workers.is_empty()) && all_known {
+        capacity_condition(&mut rsp, &xr, &mc, &names, &pool_hosts);
+    }
     if mc.spec.inference.is_some() {
         inference_condition(&mut rsp, &observed);
     }
@@ -323,6 +418,110 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         driver_condition(&mut rsp, &xr, gpu.driver_installer_checksum.is_some());
     }
     rsp
+}
+
+/// Whose a Metal3Machine is, by its name: Machines, and so their
+/// Metal3Machines, are named `<kcp>-<random>` (KCP) and
+/// `<machinedeployment>-<random>-<random>` (a pool).
+enum MachineSet {
+    ControlPlane(String),
+    Pool(String),
+}
+
+impl MachineSet {
+    fn owns(&self, consumer: &str) -> bool {
+        match self {
+            MachineSet::ControlPlane(p) => consumer
+                .strip_prefix(p.as_str())
+                .is_some_and(|r| !r.contains('-')),
+            MachineSet::Pool(p) => consumer.starts_with(p.as_str()),
+        }
+    }
+}
+
+pub const HOSTS_SUFFICE: &str = "HostsSuffice";
+pub const NOT_ENOUGH_HOSTS: &str = "NotEnoughHosts";
+
+/// Whether every machine set (the control plane, each worker pool) has or
+/// can get a host for each replica: hosts claimed for it plus hosts CAPM3
+/// could claim or BMO is bringing to `available` in its pool. Several sets
+/// may share a pool: they share its free hosts too.
+fn capacity_condition(
+    rsp: &mut RunFunctionResponse,
+    xr: &Value,
+    mc: &MetalCluster,
+    names: &Names,
+    pool_hosts: &BTreeMap<&str, &[Value]>,
+) {
+    let mut sets: Vec<(String, &str, u32, MachineSet)> = vec![(
+        "the control plane".into(),
+        mc.spec.host.pool.as_str(),
+        u32::from(mc.spec.control_plane.replicas),
+        MachineSet::ControlPlane(format!("{}-", names.cluster)),
+    )];
+    for w in &mc.spec.workers {
+        sets.push((
+            format!("pool {}", w.name),
+            w.pool.as_str(),
+            w.replicas,
+            MachineSet::Pool(format!("{}-", names.pool(&mc.name, &w.name).machines)),
+        ));
+    }
+    let mut short = Vec::new();
+    let mut free_used: BTreeMap<&str, usize> = BTreeMap::new();
+    for (what, pool, replicas, ours) in &sets {
+        let hs = pool_hosts.get(pool).copied().unwrap_or_default();
+        let claimed = hs
+            .iter()
+            .filter(|h| {
+                hosts::is_claimed_by(h, names)
+                    && h.pointer("/spec/consumerRef/name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| ours.owns(c))
+            })
+            .count();
+        let free = hs
+            .iter()
+            .filter(|h| hosts::is_claimable(h, names) || hosts::is_on_the_way(h, names))
+            .count();
+        let need = (*replicas as usize).saturating_sub(claimed);
+        let used = free_used.entry(pool).or_default();
+        let left = free.saturating_sub(*used);
+        *used += need.min(left);
+        if need > left {
+            short.push(format!(
+                "{what} needs {replicas} host(s): {claimed} claimed, {left} free in pool {pool}"
+            ));
+        }
+    }
+    if short.is_empty() {
+        response::condition_true(rsp, HOSTS_SUFFICE, "Enough").message =
+            Some("every machine has or can get a host in its pool".into());
+    } else {
+        let msg = format!(
+            "{}: label more available BareMetalHosts in namespace {} or lower the replicas",
+            short.join("; "),
+            mc.namespace
+        );
+        warn_on_transition(rsp, xr, HOSTS_SUFFICE, NOT_ENOUGH_HOSTS, msg.clone());
+        response::condition_false(rsp, HOSTS_SUFFICE, NOT_ENOUGH_HOSTS).message = Some(msg);
+    }
+}
+
+/// A Usage keeping BareMetalHost `host` while the Cluster exists.
+fn protect(
+    rsp: &mut RunFunctionResponse,
+    mc: &MetalCluster,
+    resource: &str,
+    name: &str,
+    host: &str,
+    cluster: &str,
+) {
+    if let Value::Object(map) = crate::builders::host_usage(mc, name, host, cluster) {
+        let desired = response::desired_composed(rsp, resource);
+        desired.resource = Some(into_struct(map));
+        function_sdk_rust::resource::set_ready(desired, Ready::True);
+    }
 }
 
 /// Condition types and reasons the function sets on the XR.

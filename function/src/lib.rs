@@ -9,6 +9,7 @@ pub mod function;
 pub mod hosts;
 pub mod inference;
 pub mod kubelet;
+pub mod machine;
 pub mod names;
 pub mod network;
 pub mod operate;
@@ -16,6 +17,7 @@ pub mod reader;
 pub mod render;
 pub mod spec;
 pub mod status;
+pub mod topology;
 pub mod validate;
 pub mod xrd;
 

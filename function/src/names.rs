@@ -98,6 +98,31 @@ impl Names {
     }
 }
 
+/// Names of one worker pool's objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolNames {
+    /// MachineDeployment, KubeadmConfigTemplate and Metal3MachineTemplate.
+    pub machines: String,
+    pub data_template: String,
+    pub ippool: String,
+    pub node_prefix: String,
+}
+
+/// CAPI names a MachineDeployment's Machines `<name>-<5>-<5>` and CAPM3
+/// its Metal3Machines `<template>-<5>`: 12 characters past the pool's.
+pub const MACHINE_SUFFIX: usize = 12;
+
+impl Names {
+    pub fn pool(&self, xr: &str, worker: &str) -> PoolNames {
+        PoolNames {
+            machines: format!("{}-{worker}", self.cluster),
+            data_template: format!("{}-{worker}-template", self.cluster),
+            ippool: format!("{xr}-{worker}-pool"),
+            node_prefix: format!("{xr}-{worker}-node"),
+        }
+    }
+}
+
 /// The longest name derived from `xr`, for the 63-character check.
 pub fn longest_derived(xr: &str) -> String {
     let names = Names::new(xr);

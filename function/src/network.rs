@@ -13,9 +13,58 @@ use crate::validate;
 pub const DEFAULT_POD_CIDR: &str = "10.244.0.0/16";
 pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 
+/// An inclusive range of IPv4 addresses, written FIRST-LAST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddrRange {
+    pub first: Ipv4Addr,
+    pub last: Ipv4Addr,
+}
+
+impl AddrRange {
+    pub fn one(a: Ipv4Addr) -> Self {
+        Self { first: a, last: a }
+    }
+    /// How many addresses it holds (at least one: parsing refuses empty ranges).
+    pub fn size(&self) -> u64 {
+        u64::from(u32::from(self.last)) - u64::from(u32::from(self.first)) + 1
+    }
+    pub fn contains(&self, a: Ipv4Addr) -> bool {
+        self.first <= a && a <= self.last
+    }
+    pub fn overlaps(&self, o: &AddrRange) -> bool {
+        self.first <= o.last && o.first <= self.last
+    }
+    pub fn within(&self, net: &Ipv4Net) -> bool {
+        net.contains(&self.first) && net.contains(&self.last)
+    }
+}
+
+impl std::fmt::Display for AddrRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+/// `FIRST-LAST` (a single address is FIRST-FIRST).
+pub fn parse_range(raw: &str) -> Result<AddrRange, String> {
+    let bad =
+        || format!("must be an IPv4 range FIRST-LAST (e.g. 10.40.8.21-10.40.8.24), got {raw:?}");
+    let (a, b) = raw.split_once('-').ok_or_else(bad)?;
+    let first = validate::ipv4(a.trim()).map_err(|_| bad())?;
+    let last = validate::ipv4(b.trim()).map_err(|_| bad())?;
+    if first > last {
+        return Err("is an empty range: the first address must not be after the last".into());
+    }
+    Ok(AddrRange { first, last })
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Network {
-    pub node_ip: Ipv4Addr,
+    /// The single node's address; absent with `spec.controlPlane`, whose
+    /// nodes take addresses from ranges.
+    pub node_ip: Option<Ipv4Addr>,
+    /// The node subnet: nodeIP/prefix, or gateway/prefix without nodeIP.
+    pub subnet: Ipv4Net,
     pub prefix: u8,
     pub gateway: Ipv4Addr,
     pub dns_server: Ipv4Addr,
@@ -33,12 +82,9 @@ impl Network {
         self.load_balancer.is_some()
     }
 
-    /// The node's subnet, derived from nodeIP and prefix.
+    /// The node subnet.
     pub fn node_subnet(&self) -> Ipv4Net {
-        // prefix is validated to 1..=32 before a Network is built.
-        Ipv4Net::new(self.node_ip, self.prefix)
-            .map(|n| n.trunc())
-            .unwrap_or_else(|_| Ipv4Net::from(self.node_ip))
+        self.subnet
     }
 }
 
@@ -54,8 +100,29 @@ fn parse_cidr(r: &mut Reader, xr: &Value, path: &str, default: &str) -> Option<I
     r.check(path, &raw, res)
 }
 
+/// The subnet of `a` with `prefix` (validated to 1..=32).
+fn subnet_of(a: Ipv4Addr, prefix: u8) -> Ipv4Net {
+    Ipv4Net::new(a, prefix)
+        .map(|n| n.trunc())
+        .unwrap_or_else(|_| Ipv4Net::from(a))
+}
+
 pub fn parse(r: &mut Reader, xr: &Value) -> Option<Network> {
-    let node_ip = parse_ipv4(r, xr, "spec.network.nodeIP");
+    // With spec.controlPlane the nodes take addresses from ranges; nodeIP
+    // belongs to the single-node form only.
+    let fleet = r.lookup(xr, "spec.controlPlane").is_some();
+    let node_ip = match (fleet, r.lookup(xr, "spec.network.nodeIP").cloned()) {
+        (false, _) => Some(parse_ipv4(r, xr, "spec.network.nodeIP")),
+        (true, None) => None,
+        (true, Some(v)) => {
+            r.fail(
+                "spec.network.nodeIP",
+                Some(&v),
+                "is for a single node: with spec.controlPlane the nodes take spec.controlPlane.addresses",
+            );
+            Some(None)
+        }
+    };
     let prefix = match r.opt_int(xr, "spec.network.prefix") {
         None => {
             if r.lookup(xr, "spec.network.prefix").is_none() {
@@ -79,11 +146,18 @@ pub fn parse(r: &mut Reader, xr: &Value) -> Option<Network> {
     let service_cidr = parse_cidr(r, xr, "spec.network.serviceCIDR", DEFAULT_SERVICE_CIDR);
 
     let load_balancer = crate::inference::parse_load_balancer(r, xr);
+    let node_ip = match node_ip {
+        Some(n) => Some(n?),
+        None => None,
+    };
+    let prefix = prefix?;
+    let gateway = gateway?;
     let network = Network {
         load_balancer,
-        node_ip: node_ip?,
-        prefix: prefix?,
-        gateway: gateway?,
+        subnet: subnet_of(node_ip.unwrap_or(gateway), prefix),
+        node_ip,
+        prefix,
+        gateway,
         dns_server: dns_server?,
         pod_cidr: pod_cidr?,
         service_cidr: service_cidr?,
@@ -123,18 +197,16 @@ pub fn check(n: &Network) -> Vec<FieldError> {
     let is_edge =
         |a: Ipv4Addr| n.prefix <= 30 && (a == subnet.network() || a == subnet.broadcast());
 
-    if let Some(why) = unusable(n.node_ip) {
-        out.push(err(
-            "spec.network.nodeIP",
-            n.node_ip.to_string(),
-            why.into(),
-        ));
-    } else if is_edge(n.node_ip) {
-        out.push(err(
-            "spec.network.nodeIP",
-            n.node_ip.to_string(),
-            format!("is the network or broadcast address of {subnet}"),
-        ));
+    if let Some(ip) = n.node_ip {
+        if let Some(why) = unusable(ip) {
+            out.push(err("spec.network.nodeIP", ip.to_string(), why.into()));
+        } else if is_edge(ip) {
+            out.push(err(
+                "spec.network.nodeIP",
+                ip.to_string(),
+                format!("is the network or broadcast address of {subnet}"),
+            ));
+        }
     }
 
     if !subnet.contains(&n.gateway) {
@@ -143,7 +215,7 @@ pub fn check(n: &Network) -> Vec<FieldError> {
             n.gateway.to_string(),
             format!("is not reachable: it must be inside the node subnet {subnet} (nodeIP/prefix)"),
         ));
-    } else if n.gateway == n.node_ip {
+    } else if Some(n.gateway) == n.node_ip {
         out.push(err(
             "spec.network.gateway",
             n.gateway.to_string(),
@@ -160,7 +232,7 @@ pub fn check(n: &Network) -> Vec<FieldError> {
     let dns = n.dns_server;
     let dns_problem = if let Some(why) = unusable(dns) {
         Some(why.to_string())
-    } else if dns == n.node_ip {
+    } else if Some(dns) == n.node_ip {
         Some("is the node itself, which has no resolver while it boots".into())
     } else if subnet.contains(&dns) && is_edge(dns) {
         Some(format!("is the network or broadcast address of {subnet}"))
@@ -204,7 +276,14 @@ pub fn check(n: &Network) -> Vec<FieldError> {
     let ranges = [
         ("spec.network.podCIDR", n.pod_cidr),
         ("spec.network.serviceCIDR", n.service_cidr),
-        ("spec.network.nodeIP/prefix", subnet),
+        (
+            if n.node_ip.is_some() {
+                "spec.network.nodeIP/prefix"
+            } else {
+                "spec.network.gateway/prefix"
+            },
+            subnet,
+        ),
     ];
     for i in 0..ranges.len() {
         for j in i + 1..ranges.len() {

@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+pub use crate::machine::{Gpu, parse_gpu_at, parse_node_labels};
 pub use crate::network::{DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, Network};
 pub use crate::reader::{FieldError, Reader, show};
+pub use crate::topology::{ControlPlane, Worker};
 use crate::validate;
 
 /// The API group, version and kind of the composite resource.
@@ -45,6 +47,11 @@ pub struct Spec {
     pub inference: Option<crate::inference::Inference>,
     /// The Modelplane pool label every node carries (`spec.inference.nodePool`).
     pub node_pool: String,
+    /// The control plane; the single node at nodeIP without `spec.controlPlane`.
+    pub control_plane: ControlPlane,
+    /// Whether `spec.controlPlane` is given (VIP and address range).
+    pub fleet: bool,
+    pub workers: Vec<Worker>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -68,18 +75,6 @@ pub struct Cni {
     pub cilium_version: String,
     /// Where the cilium chart comes from; air-gapped sites name a mirror.
     pub chart_repository: String,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Gpu {
-    pub driver_installer_url: String,
-    pub driver_installer_checksum: Option<String>,
-    /// Product name as the NVIDIA DRA driver reports it, e.g. "Tesla V100-PCIE-16GB".
-    pub model: Option<String>,
-    /// GPUs in the host.
-    pub count: Option<u32>,
-    /// Usable memory per GPU, a Kubernetes quantity (e.g. 16Gi).
-    pub memory: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +113,18 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     });
 
     let network = crate::network::parse(&mut r, xr);
+    let fleet = r.lookup(xr, "spec.controlPlane").is_some();
+    let control_plane = crate::topology::parse_control_plane(&mut r, xr, network.as_ref());
+    let workers = crate::topology::parse_workers(&mut r, xr, boot_interface.as_deref());
+    if let Some(n) = &network {
+        let found = crate::topology::check(n, control_plane.as_ref(), &workers, fleet);
+        r.errors.extend(found);
+    }
+    if let Some(n) = &name
+        && let Err(reason) = crate::topology::derived_names(n, &workers)
+    {
+        r.fail("spec.workers", None, reason);
+    }
     let kubernetes = parse_kubernetes(&mut r, xr);
 
     let cilium_version = r.defaulted(
@@ -151,6 +158,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
         kubernetes,
         cilium_version,
         chart_repository,
+        control_plane,
     ) {
         (
             Some(name),
@@ -160,6 +168,7 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
             Some(kubernetes),
             Some(cv),
             Some(repo),
+            Some(control_plane),
         ) => {
             let mc = MetalCluster {
                 name,
@@ -179,11 +188,15 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
                     access: access.flatten(),
                     inference,
                     node_pool,
+                    control_plane,
+                    fleet,
+                    workers,
                 },
             };
             // Rules across sections need the whole, otherwise valid spec.
             let mut errors = check_inference(&mc);
             errors.extend(check_pool_label(&mc));
+
             if errors.is_empty() {
                 Ok(mc)
             } else {
@@ -204,37 +217,7 @@ fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
         r.check("spec.kubernetes.version", &v, res.map(|_| v.clone()))
     });
 
-    let node_labels = r.opt_str_map(xr, "spec.kubernetes.nodeLabels");
-    for (k, v) in &node_labels {
-        let path = format!("spec.kubernetes.nodeLabels[{}]", Value::String(k.clone()));
-        if let Err(reason) = validate::node_label_key(k) {
-            r.fail(
-                &path,
-                Some(&Value::String(k.clone())),
-                format!("key {reason}"),
-            );
-        }
-        if let Err(reason) = validate::label_value(v) {
-            r.fail(
-                &path,
-                Some(&Value::String(v.clone())),
-                format!("value {reason}"),
-            );
-        }
-    }
-
-    let arg = crate::kubelet::node_labels_arg(&node_labels);
-    if arg.len() > crate::kubelet::MAX_ARG_VALUE {
-        r.fail(
-            "spec.kubernetes.nodeLabels",
-            None,
-            format!(
-                "join into a node-labels kubelet argument of {} characters; kubeadm accepts at most {}",
-                arg.len(),
-                crate::kubelet::MAX_ARG_VALUE
-            ),
-        );
-    }
+    let node_labels = parse_node_labels(r, xr, "spec.kubernetes.nodeLabels");
 
     let image_url = r.req_str(xr, "spec.kubernetes.imageURL").and_then(|u| {
         let res = validate::image_url(&u);
@@ -302,53 +285,7 @@ fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
 }
 
 fn parse_gpu(r: &mut Reader, xr: &Value) -> Option<Option<Gpu>> {
-    r.lookup(xr, "spec.gpu")?;
-    let url = r.req_str(xr, "spec.gpu.driverInstallerURL").and_then(|u| {
-        let res = validate::http_url(&u);
-        r.check("spec.gpu.driverInstallerURL", &u, res.map(|_| u.clone()))
-    });
-    let checksum = r
-        .opt_str(xr, "spec.gpu.driverInstallerChecksum")
-        .and_then(|c| {
-            let res = validate::sha256_hex(&c);
-            r.check(
-                "spec.gpu.driverInstallerChecksum",
-                &c,
-                res.map(|_| c.to_ascii_lowercase()),
-            )
-        });
-    let model = r.opt_str(xr, "spec.gpu.model").and_then(|m| {
-        let ok = !m.trim().is_empty() && m.len() <= 253 && !m.contains(['\n', '\r']);
-        let res = if ok {
-            Ok(m.clone())
-        } else {
-            Err("must be a product name of at most 253 characters".to_string())
-        };
-        r.check("spec.gpu.model", &m, res)
-    });
-    let count = match r.opt_int(xr, "spec.gpu.count") {
-        Some(c) if (1..=64).contains(&c) => Some(c as u32),
-        Some(c) => {
-            r.fail(
-                "spec.gpu.count",
-                Some(&Value::from(c)),
-                "must be between 1 and 64",
-            );
-            None
-        }
-        None => None,
-    };
-    let memory = r.opt_str(xr, "spec.gpu.memory").and_then(|m| {
-        let res = validate::quantity(&m).map(|_| m.clone());
-        r.check("spec.gpu.memory", &m, res)
-    });
-    Some(url.map(|driver_installer_url| Gpu {
-        driver_installer_url,
-        driver_installer_checksum: checksum,
-        model,
-        count,
-        memory,
-    }))
+    parse_gpu_at(r, xr, "spec.gpu")
 }
 
 fn parse_access(r: &mut Reader, xr: &Value) -> Option<Option<Access>> {
@@ -404,7 +341,7 @@ pub fn check_inference(mc: &MetalCluster) -> Vec<FieldError> {
             ));
         } else {
             for (what, a) in [
-                ("nodeIP", n.node_ip),
+                ("nodeIP", n.node_ip.unwrap_or(n.gateway)),
                 ("gateway", n.gateway),
                 ("dnsServer", n.dns_server),
                 ("the subnet's network address", subnet.network()),
@@ -423,11 +360,12 @@ pub fn check_inference(mc: &MetalCluster) -> Vec<FieldError> {
     let Some(inf) = &mc.spec.inference else {
         return out;
     };
-    if inf.devices.is_empty() && mc.spec.gpu.is_none() {
+    let gpu_workers = mc.spec.workers.iter().any(|w| w.gpu.is_some());
+    if inf.devices.is_empty() && mc.spec.gpu.is_none() && !gpu_workers {
         out.push(err(
             "spec.inference",
             None,
-            "needs spec.gpu (to derive the InferenceClass devices) or spec.inference.devices",
+            "needs spec.gpu or a worker pool with gpu (to derive the InferenceClass devices) or spec.inference.devices",
         ));
     }
     if n.load_balancer.is_none() {

@@ -51,6 +51,17 @@ pub fn inference_gateway(object: Option<&Value>) -> Option<String> {
         .map(String::from)
 }
 
+/// Whether the workload API server answers: the Cluster is Available, or
+/// its control plane is (Cluster v1beta2 `ControlPlaneAvailable`: etcd
+/// quorum and a healthy API server). A fleet's Cluster is Available only
+/// once its worker pools are, whose nodes are NotReady until the CNI runs:
+/// waiting for Available to install Cilium would never end.
+pub fn api_up(cluster: Option<&Value>) -> bool {
+    cluster.is_some_and(|c| {
+        condition_is_true(c, "Available") || condition_is_true(c, "ControlPlaneAvailable")
+    })
+}
+
 /// Whether the observed composed resource named `resource_name` is ready.
 pub fn is_ready(resource_name: &str, observed: Option<&Value>) -> bool {
     if resource_name == "inference-cluster" {
@@ -58,8 +69,10 @@ pub fn is_ready(resource_name: &str, observed: Option<&Value>) -> bool {
     }
     // A control plane is ready when its rollout is done, not when it exists:
     // a rollout that waits for a host must not sit under Ready=True.
-    if resource_name == "kubeadmcontrolplane" {
-        return control_plane_rollout(observed).is_some_and(|r| r.complete());
+    if resource_name == "kubeadmcontrolplane"
+        || crate::builders::workers::is_machine_deployment(resource_name)
+    {
+        return rollout(observed).is_some_and(|r| r.complete());
     }
     match (observed, readiness_condition(resource_name)) {
         (None, _) => false,
@@ -78,7 +91,8 @@ pub enum Phase {
     Bootstrapping,
     InstallingCNI,
     Ready,
-    /// Was up; the control plane is replacing machines.
+    /// The API and CNI are up; the control plane or a worker pool is
+    /// adding, replacing or removing machines, or a machine is not ready.
     RollingOut,
     /// CNI installed; Modelplane is adopting the cluster.
     JoiningFleet,
@@ -166,7 +180,7 @@ pub fn pool_state<'a>(hosts: Option<&'a [Value]>, names: &Names) -> Pool<'a> {
     }
 }
 
-/// The control plane's rollout as KubeadmControlPlane v1beta2 reports it.
+/// A rollout as KubeadmControlPlane and MachineDeployment v1beta2 report it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rollout {
     pub desired: i64,
@@ -189,6 +203,11 @@ impl Rollout {
 }
 
 pub fn control_plane_rollout(kcp: Option<&Value>) -> Option<Rollout> {
+    rollout(kcp)
+}
+
+/// Both share the replica counters, observedGeneration and RollingOut.
+pub fn rollout(kcp: Option<&Value>) -> Option<Rollout> {
     let kcp = kcp?;
     let int = |p: &str| kcp.pointer(p).and_then(Value::as_i64);
     let desired = int("/spec/replicas").unwrap_or(1);
@@ -209,19 +228,30 @@ pub fn control_plane_rollout(kcp: Option<&Value>) -> Option<Rollout> {
     })
 }
 
-pub fn phase(observed: &BTreeMap<String, Value>, pool: &Pool<'_>, inference: bool) -> Phase {
+/// Whether the control plane and every worker pool are complete at the
+/// replicas the spec asks for now (an edit not yet applied is not done).
+pub fn machines_complete(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> bool {
+    let cp = control_plane_rollout(observed.get("kubeadmcontrolplane"))
+        .is_none_or(|r| r.complete() && r.desired == i64::from(mc.spec.control_plane.replicas));
+    cp && worker_rollouts(mc, observed)
+        .into_iter()
+        .zip(&mc.spec.workers)
+        .all(|((_, r), w)| r.is_some_and(|r| r.complete() && r.desired == i64::from(w.replicas)))
+}
+
+pub fn phase(mc: &MetalCluster, observed: &BTreeMap<String, Value>, pool: &Pool<'_>) -> Phase {
+    let inference = mc.spec.inference.is_some();
     if let Pool::Claimed(h) = pool
         && hosts::error(h).is_some()
     {
         return Phase::HostError;
     }
-    if is_ready("cluster", observed.get("cluster")) {
+    if api_up(observed.get("cluster")) {
         if !is_ready("cilium", observed.get("cilium")) {
             return Phase::InstallingCNI;
         }
-        if control_plane_rollout(observed.get("kubeadmcontrolplane"))
-            .is_some_and(|r| r.rolling_out())
-        {
+        // Not complete: rolling out, scaling, or machines not ready yet.
+        if !machines_complete(mc, observed) {
             return Phase::RollingOut;
         }
         match (
@@ -241,34 +271,99 @@ pub fn phase(observed: &BTreeMap<String, Value>, pool: &Pool<'_>, inference: boo
     }
 }
 
-/// The XR's status: the original's four fields, the phase and the host.
+fn rollout_status(r: Rollout) -> api::RolloutStatus {
+    api::RolloutStatus {
+        desired_replicas: r.desired,
+        replicas: r.replicas,
+        up_to_date_replicas: r.up_to_date,
+        ready_replicas: r.ready,
+        rolling_out: r.rolling_out(),
+    }
+}
+
+/// A claimed host as `status.hosts` lists it.
+pub fn claimed_host(h: &Value) -> api::ClaimedHost {
+    api::ClaimedHost {
+        name: hosts::name(h).into(),
+        pool: h
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(POOL_LABEL))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .into(),
+        provisioning_state: hosts::state(h).into(),
+        powered_on: h
+            .pointer("/status/poweredOn")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        error_message: hosts::error(h).map(|e| e.summary()),
+    }
+}
+
+/// The worker pools' rollouts, in spec order (absent until observed).
+pub fn worker_rollouts(
+    mc: &MetalCluster,
+    observed: &BTreeMap<String, Value>,
+) -> Vec<(String, Option<Rollout>)> {
+    mc.spec
+        .workers
+        .iter()
+        .map(|w| {
+            let r = rollout(observed.get(&crate::builders::workers::resource_name(w)));
+            (w.name.clone(), r)
+        })
+        .collect()
+}
+
+/// `ready/desired` nodes over the control plane and every worker pool.
+pub fn nodes(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> String {
+    let cp = control_plane_rollout(observed.get("kubeadmcontrolplane"));
+    let mut ready = cp.map_or(0, |r| r.ready);
+    let mut desired = i64::from(mc.spec.control_plane.replicas);
+    for (w, (_, r)) in mc.spec.workers.iter().zip(worker_rollouts(mc, observed)) {
+        ready += r.map_or(0, |r| r.ready);
+        desired += i64::from(w.replicas);
+    }
+    format!("{ready}/{desired}")
+}
+
+/// The XR's status: the original's four fields, the phase and the host;
+/// with spec.controlPlane or spec.workers also every host and pool.
 pub fn xr_status(
     mc: &MetalCluster,
     names: &Names,
     observed: &BTreeMap<String, Value>,
     pool: &Pool<'_>,
+    claimed: &[&Value],
 ) -> api::MetalClusterStatus {
+    let multi = mc.spec.fleet || !mc.spec.workers.is_empty();
     api::MetalClusterStatus {
+        nodes: multi.then(|| nodes(mc, observed)),
+        hosts: if multi {
+            claimed.iter().map(|h| claimed_host(h)).collect()
+        } else {
+            Vec::new()
+        },
+        workers: worker_rollouts(mc, observed)
+            .into_iter()
+            .filter_map(|(name, r)| {
+                r.map(|r| api::WorkerPoolStatus {
+                    name,
+                    rollout: rollout_status(r),
+                })
+            })
+            .collect(),
         control_plane_endpoint: format!(
             "{}:{}",
-            mc.spec.network.node_ip,
+            mc.spec.control_plane.endpoint,
             crate::builders::metal3::API_SERVER_PORT
         ),
         kubeconfig_secret: names.kubeconfig_secret.clone(),
         host_pool: mc.spec.host.pool.clone(),
         control_plane_available: is_ready("cluster", observed.get("cluster")),
-        phase: phase(observed, pool, mc.spec.inference.is_some())
-            .as_str()
-            .into(),
-        control_plane: control_plane_rollout(observed.get("kubeadmcontrolplane")).map(|r| {
-            api::RolloutStatus {
-                desired_replicas: r.desired,
-                replicas: r.replicas,
-                up_to_date_replicas: r.up_to_date,
-                ready_replicas: r.ready,
-                rolling_out: r.rolling_out(),
-            }
-        }),
+        phase: phase(mc, observed, pool).as_str().into(),
+        control_plane: control_plane_rollout(observed.get("kubeadmcontrolplane"))
+            .map(rollout_status),
         host: match pool {
             Pool::Claimed(h) => Some(host_summary(h)),
             _ => None,
@@ -278,13 +373,40 @@ pub fn xr_status(
             class: inf.class_name.clone(),
             node_pool: inf.node_pool.clone(),
             gateway_address: inference_gateway(observed.get("inference-cluster")),
+            pools: if mc.spec.workers.iter().any(|w| w.gpu.is_some()) {
+                crate::builders::fleet::node_pools(mc, names, inf)
+                    .into_iter()
+                    .map(|p| api::InferencePoolStatus {
+                        node_pool: p.name,
+                        class: p.class_name,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }),
     }
 }
 
 /// The label selector of the pool's BareMetalHosts.
 pub fn pool_selector(mc: &MetalCluster) -> std::collections::HashMap<String, String> {
-    std::collections::HashMap::from([(POOL_LABEL.to_string(), mc.spec.host.pool.clone())])
+    selector(&mc.spec.host.pool)
+}
+
+pub fn selector(pool: &str) -> std::collections::HashMap<String, String> {
+    std::collections::HashMap::from([(POOL_LABEL.to_string(), pool.to_string())])
+}
+
+/// The host pools the worker pools draw from besides the control plane's,
+/// each once, as (requirement name, pool).
+pub fn worker_host_pools(mc: &MetalCluster) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for w in &mc.spec.workers {
+        if w.pool != mc.spec.host.pool && !out.iter().any(|(_, p)| *p == w.pool) {
+            out.push((format!("hosts.{}", w.pool), w.pool.clone()));
+        }
+    }
+    out
 }
 
 /// `a, b, c, and N more`, like Crossplane's unready-resources message.

@@ -29,6 +29,21 @@ pub fn xr_name(n: &str) -> Check {
     Ok(())
 }
 
+/// A container image reference (registry/path:tag or @digest): it lands in
+/// a static Pod manifest, so nothing but reference characters.
+pub fn image_reference(i: &str) -> Check {
+    let ok = !i.is_empty()
+        && i.len() <= 255
+        && i.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "./:_@-".contains(c))
+        && i.starts_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a container image reference such as ghcr.io/kube-vip/kube-vip:v1.0.0".into())
+    }
+}
+
 /// RFC 1123 label: lower-case alphanumerics and '-', starting and ending
 /// alphanumeric, at most 63 characters.
 pub fn dns_label(n: &str) -> Check {

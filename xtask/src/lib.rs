@@ -500,5 +500,13 @@ pub fn generate() -> Result<(), String> {
         std::fs::write(&path, fresh).map_err(|e| format!("{}: {e}", path.display()))?;
         println!("rewrote {}", path.display());
     }
+    let path = repo_root().join("README.md");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let fresh = metalplane::fields::regenerate_readme(&text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if fresh != text {
+        std::fs::write(&path, fresh).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("rewrote {}", path.display());
+    }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::spec::{Gpu, MetalCluster};
+use crate::spec::{Gpu, MetalCluster, Worker};
 
 /// Where the installer is stored on the node; root-only.
 pub const INSTALLER_DIR: &str = "/var/lib/metalplane";
@@ -31,14 +31,33 @@ pub fn node_labels(mc: &MetalCluster) -> BTreeMap<String, String> {
     labels
 }
 
+/// A worker pool's labels: the spec's, the pool's over them, and the
+/// Modelplane pool label naming the worker pool.
+pub fn worker_labels(mc: &MetalCluster, w: &Worker) -> BTreeMap<String, String> {
+    let mut labels = mc.spec.kubernetes.node_labels.clone();
+    labels.extend(w.node_labels.clone());
+    labels.insert(crate::inference::POOL_LABEL.to_string(), w.name.clone());
+    labels
+}
+
+/// The control plane nodes' registration.
 pub fn node_registration(mc: &MetalCluster) -> Value {
+    let mut reg = registration(&node_labels(mc));
+    if mc.spec.workers.is_empty() {
+        // Without workers the control plane runs the workloads: drop the
+        // control-plane taint. With workers kubeadm's default taint stays.
+        reg["taints"] = json!([]);
+    }
+    reg
+}
+
+/// A node registering under its Metal3 name with `labels`.
+pub fn registration(labels: &BTreeMap<String, String>) -> Value {
     json!({
         "name": NODE_NAME,
-        // A single node runs workloads: drop the control-plane taint.
-        "taints": [],
         "kubeletExtraArgs": [{
             "name": "node-labels",
-            "value": node_labels_arg(&node_labels(mc)),
+            "value": node_labels_arg(labels),
         }],
     })
 }
@@ -96,7 +115,37 @@ pub fn gpu_commands(gpu: &Gpu) -> Vec<String> {
     cmds
 }
 
+/// The control plane's first-boot commands: the GPU driver (spec.gpu) and,
+/// with a virtual IP, kube-vip's kubeconfig on the first node.
 pub fn pre_kubeadm_commands(mc: &MetalCluster) -> Option<Value> {
-    let gpu = mc.spec.gpu.as_ref()?;
-    Some(json!(gpu_commands(gpu)))
+    let mut cmds = Vec::new();
+    if mc.spec.control_plane.vip_image.is_some() && super_admin_on_init(&mc.spec.kubernetes.version)
+    {
+        cmds.push(KUBE_VIP_SUPER_ADMIN.to_string());
+    }
+    if let Some(gpu) = &mc.spec.gpu {
+        cmds.extend(gpu_commands(gpu));
+    }
+    (!cmds.is_empty()).then(|| json!(cmds))
+}
+
+/// kubeadm 1.29 and later give `admin.conf` cluster-admin through RBAC,
+/// which does not exist yet while `kubeadm init` waits for the API server
+/// behind the VIP kube-vip has not announced; only `super-admin.conf`
+/// (written on the init node only) works then (kube-vip issue 684). The
+/// manifest keeps it: switching back restarts kube-vip while it holds the
+/// VIP, which CAPV found flaky.
+pub const KUBE_VIP_SUPER_ADMIN: &str = "if [ -f /run/kubeadm/kubeadm.yaml ] && [ ! -f /run/kubeadm/kubeadm-join-config.yaml ]; then sed -i 's#\"path\": \"/etc/kubernetes/admin.conf\"#\"path\": \"/etc/kubernetes/super-admin.conf\"#' /etc/kubernetes/manifests/kube-vip.yaml; fi";
+
+/// Whether kubeadm `version` (vX.Y.Z, validated) writes super-admin.conf.
+pub fn super_admin_on_init(version: &str) -> bool {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (1, 29)
+}
+
+/// A worker pool's first-boot commands: its own GPU driver.
+pub fn worker_commands(w: &Worker) -> Option<Value> {
+    w.gpu.as_ref().map(|g| json!(gpu_commands(g)))
 }

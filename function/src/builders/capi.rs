@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{bootstrap, metal3, object, with_spec};
+use super::{bootstrap, metal3, object, vip, with_spec};
 use crate::names::Names;
 use crate::spec::MetalCluster;
 
@@ -55,11 +55,13 @@ pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names) -> Value {
         if let Some(cmds) = bootstrap::pre_kubeadm_commands(mc) {
             m.insert("preKubeadmCommands".into(), cmds);
         }
+        if let Some(image) = &mc.spec.control_plane.vip_image {
+            m.insert("files".into(), json!([vip::file(mc, image)]));
+        }
     }
-    with_spec(
-        object(mc, KCP_API_VERSION, "KubeadmControlPlane", &names.cluster),
-        json!({
-            "replicas": 1,
+    let replicas = mc.spec.control_plane.replicas;
+    let mut spec = json!({
+            "replicas": replicas,
             "version": mc.spec.kubernetes.version,
             "machineTemplate": {"spec": {"infrastructureRef": {
                 "apiGroup": metal3::API_GROUP,
@@ -67,6 +69,15 @@ pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names) -> Value {
                 "name": names.machine_template,
             }}},
             "kubeadmConfigSpec": config,
-        }),
+    });
+    if replicas >= 3 {
+        // Scale in first: a rollout needs no spare host or address, and
+        // etcd keeps its quorum with one member of three (or five) gone.
+        spec["rollout"] =
+            json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0}}});
+    }
+    with_spec(
+        object(mc, KCP_API_VERSION, "KubeadmControlPlane", &names.cluster),
+        spec,
     )
 }

@@ -43,7 +43,7 @@ pub fn cilium_values(mc: &MetalCluster) -> Value {
         v["l2announcements"] = json!({"enabled": true});
         // Without kube-proxy nothing maps the kubernetes Service's
         // ClusterIP, so the agent dials the API server directly.
-        v["k8sServiceHost"] = json!(mc.spec.network.node_ip.to_string());
+        v["k8sServiceHost"] = json!(mc.spec.control_plane.endpoint.to_string());
         v["k8sServicePort"] = json!(super::metal3::API_SERVER_PORT);
     }
     v

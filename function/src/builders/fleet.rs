@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::{OBJECT_API_VERSION, Ref, capi, k8s_object, usage};
 use crate::inference::{Inference, MODELPLANE_NAMESPACE, NVIDIA_DRIVER};
 use crate::names::Names;
-use crate::spec::MetalCluster;
+use crate::spec::{Gpu, MetalCluster, Worker};
 
 pub const MODELPLANE_API_VERSION: &str = "modelplane.ai/v1alpha1";
 
@@ -59,21 +59,68 @@ pub fn kubeconfig_copy(mc: &MetalCluster, names: &Names, inf: &Inference) -> Val
 /// Key of the kubeconfig in CAPI's Secret and in the copy.
 pub const KUBECONFIG_KEY: &str = "value";
 
-pub fn class(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
+/// One Modelplane node pool: the single node's, or one per worker pool
+/// with a GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePool<'a> {
+    pub name: String,
+    pub class_name: String,
+    pub gpu: Option<&'a Gpu>,
+    pub count: u32,
+    /// Composition resource names of its InferenceClass Object and Usage,
+    /// and the Object's name.
+    pub resource: String,
+    pub usage_resource: String,
+    pub object: String,
+    pub usage_object: String,
+}
+
+/// The Modelplane node pools: with GPU worker pools one per pool (its own
+/// InferenceClass from its GPUs), otherwise the control plane's one.
+pub fn node_pools<'a>(mc: &'a MetalCluster, names: &Names, inf: &Inference) -> Vec<NodePool<'a>> {
+    let gpu_pools: Vec<&Worker> = mc.spec.workers.iter().filter(|w| w.gpu.is_some()).collect();
+    if gpu_pools.is_empty() {
+        return vec![NodePool {
+            name: inf.node_pool.clone(),
+            class_name: inf.class_name.clone(),
+            gpu: mc.spec.gpu.as_ref(),
+            count: u32::from(mc.spec.control_plane.replicas),
+            resource: "inference-class".into(),
+            usage_resource: "inference-needs-class".into(),
+            object: names.inference_class.clone(),
+            usage_object: names.inference_class_usage.clone(),
+        }];
+    }
+    gpu_pools
+        .into_iter()
+        .map(|w| NodePool {
+            name: w.name.clone(),
+            class_name: format!("{}-{}-{}", mc.namespace, mc.name, w.name),
+            gpu: w.gpu.as_ref(),
+            count: w.replicas,
+            resource: format!("inference-class.{}", w.name),
+            usage_resource: format!("inference-needs-class.{}", w.name),
+            object: format!("{}-{}", names.inference_class, w.name),
+            usage_object: format!("{}-{}", names.inference_class_usage, w.name),
+        })
+        .collect()
+}
+
+pub fn class(mc: &MetalCluster, inf: &Inference, pool: &NodePool<'_>) -> Value {
     let manifest = json!({
         "apiVersion": MODELPLANE_API_VERSION,
         "kind": "InferenceClass",
-        "metadata": {"name": inf.class_name},
+        "metadata": {"name": pool.class_name},
         "spec": {
-            "description": description(mc, inf),
-            "devices": devices(mc, inf),
+            "description": description(mc, pool.gpu, inf),
+            "devices": devices(pool.gpu, inf),
         },
     });
     let (kind, name) = management(inf);
-    k8s_object(mc, &names.inference_class, manifest, kind, name)
+    k8s_object(mc, &pool.object, manifest, kind, name)
 }
 
-pub fn cluster(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
+pub fn cluster(mc: &MetalCluster, names: &Names, inf: &Inference, pools: &[NodePool<'_>]) -> Value {
     let mut existing = json!({"secretRef": {"name": inf.secret_name, "key": KUBECONFIG_KEY}});
     if let Some(sc) = &inf.cache_storage_class {
         existing["cache"] = json!({"storageClassName": sc});
@@ -84,7 +131,10 @@ pub fn cluster(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
         "metadata": {"name": inf.cluster_name},
         "spec": {
             "cluster": {"source": "Existing", "existing": existing},
-            "nodePools": [{"name": inf.node_pool, "className": inf.class_name, "nodeCount": 1}],
+            "nodePools": pools
+                .iter()
+                .map(|p| json!({"name": p.name, "className": p.class_name, "nodeCount": p.count}))
+                .collect::<Vec<_>>(),
         },
     });
     let (kind, name) = management(inf);
@@ -96,9 +146,9 @@ pub fn cluster(mc: &MetalCluster, names: &Names, inf: &Inference) -> Value {
 
 /// Teardown order: the InferenceCluster goes first (Modelplane drains the
 /// cluster while it still exists), then the kubeconfig copy and the class.
-pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 4] {
+pub fn usages(mc: &MetalCluster, names: &Names, pools: &[NodePool<'_>]) -> Vec<(String, Value)> {
     let by = || Ref(OBJECT_API_VERSION, "Object", &names.inference_cluster);
-    [
+    let mut out: Vec<(String, Value)> = [
         (
             "inference-needs-cluster",
             usage(
@@ -128,25 +178,43 @@ pub fn usages(mc: &MetalCluster, names: &Names) -> [(&'static str, Value); 4] {
                 by(),
             ),
         ),
-        (
-            "inference-needs-class",
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_string(), v))
+    .collect();
+    for p in pools {
+        out.push((
+            p.usage_resource.clone(),
             usage(
                 mc,
-                &names.inference_class_usage,
-                Ref(OBJECT_API_VERSION, "Object", &names.inference_class),
+                &p.usage_object,
+                Ref(OBJECT_API_VERSION, "Object", &p.object),
                 by(),
             ),
-        ),
-    ]
+        ));
+    }
+    // Modelplane drains the workers too: their pools stay until it is done.
+    for w in &mc.spec.workers {
+        let md = names.pool(&mc.name, &w.name).machines;
+        out.push((
+            format!("inference-needs-{}", super::workers::resource_name(w)),
+            usage(
+                mc,
+                &format!("{}-inference-needs-{}", mc.name, w.name),
+                Ref(capi::CLUSTER_API_VERSION, "MachineDeployment", &md),
+                by(),
+            ),
+        ));
+    }
+    out
 }
 
 /// The InferenceClass devices: the spec's, or one NVIDIA device derived
-/// from spec.gpu.
-pub fn devices(mc: &MetalCluster, inf: &Inference) -> Vec<Value> {
+/// from the pool's GPU section.
+pub fn devices(gpu: Option<&Gpu>, inf: &Inference) -> Vec<Value> {
     if !inf.devices.is_empty() {
         return inf.devices.clone();
     }
-    let gpu = mc.spec.gpu.as_ref();
     let mut d = json!({
         "name": "gpu",
         "driver": NVIDIA_DRIVER,
@@ -163,11 +231,10 @@ pub fn devices(mc: &MetalCluster, inf: &Inference) -> Vec<Value> {
     vec![d]
 }
 
-pub fn description(mc: &MetalCluster, inf: &Inference) -> String {
+pub fn description(mc: &MetalCluster, gpu: Option<&Gpu>, inf: &Inference) -> String {
     if !inf.description.is_empty() {
         return inf.description.clone();
     }
-    let gpu = mc.spec.gpu.as_ref();
     let count = gpu.and_then(|g| g.count).unwrap_or(1);
     let model = gpu
         .and_then(|g| g.model.clone())

@@ -19,14 +19,25 @@ pub fn metal3_cluster(mc: &MetalCluster, names: &Names) -> Value {
             // Bare metal without a cloud controller manager.
             "cloudProviderEnabled": false,
             "controlPlaneEndpoint": {
-                "host": mc.spec.network.node_ip.to_string(),
+                "host": mc.spec.control_plane.endpoint.to_string(),
                 "port": API_SERVER_PORT,
             },
         }),
     )
 }
 
+/// The control plane's machine template.
 pub fn machine_template(mc: &MetalCluster, names: &Names) -> Value {
+    template(
+        mc,
+        &names.machine_template,
+        &names.data_template,
+        &mc.spec.host.pool,
+    )
+}
+
+/// A Metal3MachineTemplate claiming hosts of `pool`, built by `data_template`.
+pub fn template(mc: &MetalCluster, name: &str, data_template: &str, pool: &str) -> Value {
     let k = &mc.spec.kubernetes;
     let mut image = json!({
         "url": k.image_url,
@@ -37,30 +48,42 @@ pub fn machine_template(mc: &MetalCluster, names: &Names) -> Value {
         m.insert("checksum".into(), json!(c));
     }
     with_spec(
-        object(
-            mc,
-            API_VERSION,
-            "Metal3MachineTemplate",
-            &names.machine_template,
-        ),
+        object(mc, API_VERSION, "Metal3MachineTemplate", name),
         json!({
             "nodeReuse": false,
             "template": {"spec": {
                 // A full disk erase takes hours; metadata cleaning wipes the
                 // partition tables, enough for the next tenant.
                 "automatedCleaningMode": "metadata",
-                "dataTemplate": {"name": names.data_template},
-                "hostSelector": {"matchLabels": {POOL_LABEL: mc.spec.host.pool}},
+                "dataTemplate": {"name": data_template},
+                "hostSelector": {"matchLabels": {POOL_LABEL: pool}},
                 "image": image,
             }},
         }),
     )
 }
 
+/// The control plane's data template.
 pub fn data_template(mc: &MetalCluster, names: &Names) -> Value {
-    let iface = &mc.spec.host.boot_interface;
+    network_data(
+        mc,
+        names,
+        &names.data_template,
+        &mc.spec.host.boot_interface,
+        &names.ippool,
+    )
+}
+
+/// A Metal3DataTemplate: a static address from `ippool` on `iface`.
+pub fn network_data(
+    mc: &MetalCluster,
+    names: &Names,
+    name: &str,
+    iface: &str,
+    ippool: &str,
+) -> Value {
     with_spec(
-        object(mc, API_VERSION, "Metal3DataTemplate", &names.data_template),
+        object(mc, API_VERSION, "Metal3DataTemplate", name),
         json!({
             // Deprecated on CAPM3 main but still required by v1.13.x.
             "clusterName": names.cluster,
@@ -75,11 +98,11 @@ pub fn data_template(mc: &MetalCluster, names: &Names) -> Value {
                 "networks": {"ipv4": [{
                     "id": "baremetal",
                     "link": iface,
-                    "ipAddressFromIPPool": names.ippool,
+                    "ipAddressFromIPPool": ippool,
                     "routes": [{
                         "network": "0.0.0.0",
                         "prefix": 0,
-                        "gateway": {"fromIPPool": names.ippool},
+                        "gateway": {"fromIPPool": ippool},
                     }],
                 }]},
                 "services": {"dns": [mc.spec.network.dns_server.to_string()]},

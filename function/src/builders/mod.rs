@@ -8,6 +8,8 @@ pub mod fleet;
 pub mod ipam;
 pub mod lb;
 pub mod metal3;
+pub mod vip;
+pub mod workers;
 
 use serde_json::{Value, json};
 

@@ -198,17 +198,21 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
-	nodeName, labels := registration(cfg, m, bmh)
+	nodeName, labels, taints := registration(cfg, m, bmh)
 	mem := r.memory.GetResourceGroup(wcl).GetClient()
 	cp := util.IsControlPlaneMachine(m)
 	if cp {
 		if err := r.controlPlane(ctx, mem, mux, cluster, wcl, nodeName, m, cfg, caCert, caKey); err != nil {
 			return ctrl.Result{}, err
 		}
-		// kubeadm's mark-control-plane phase labels the node.
+		// kubeadm's mark-control-plane phase labels the node and, unless
+		// nodeRegistration.taints is given (even empty), taints it.
 		labels["node-role.kubernetes.io/control-plane"] = ""
+		if taints == nil {
+			taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
+		}
 	}
-	if err := kubelet(ctx, mem, nodeName, labels); err != nil {
+	if err := kubelet(ctx, mem, nodeName, labels, taints); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.mu.Lock()
@@ -257,7 +261,7 @@ func (r *reconciler) bootstrapConfig(ctx context.Context, m *clusterv1.Machine) 
 
 // registration is what the kubelet registers as: the node name and labels
 // of the Machine's KubeadmConfig, with the metadata cloud-init would give.
-func registration(cfg *unstructured.Unstructured, m *clusterv1.Machine, bmh *unstructured.Unstructured) (string, map[string]string) {
+func registration(cfg *unstructured.Unstructured, m *clusterv1.Machine, bmh *unstructured.Unstructured) (string, map[string]string, []corev1.Taint) {
 	meta := map[string]string{
 		"{{ ds.meta_data.uuid }}":           string(bmh.GetUID()),
 		"{{ ds.meta_data.name }}":           m.Name,
@@ -271,10 +275,22 @@ func registration(cfg *unstructured.Unstructured, m *clusterv1.Machine, bmh *uns
 		return s
 	}
 	name, labels := m.Name, map[string]string{}
+	// nil: not given (kubeadm's default); empty: explicitly none.
+	var taints []corev1.Taint
 	for _, section := range []string{"initConfiguration", "joinConfiguration"} {
 		reg, found, _ := unstructured.NestedMap(cfg.Object, "spec", section, "nodeRegistration")
 		if !found {
 			continue
+		}
+		if ts, ok := reg["taints"].([]any); ok {
+			taints = []corev1.Taint{}
+			for _, t := range ts {
+				tm, _ := t.(map[string]any)
+				key, _ := tm["key"].(string)
+				value, _ := tm["value"].(string)
+				effect, _ := tm["effect"].(string)
+				taints = append(taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffect(effect)})
+			}
 		}
 		if n, ok := reg["name"].(string); ok && n != "" && !strings.Contains(fill(n), "{{") {
 			name = fill(n)
@@ -293,7 +309,7 @@ func registration(cfg *unstructured.Unstructured, m *clusterv1.Machine, bmh *uns
 			}
 		}
 	}
-	return name, labels
+	return name, labels, taints
 }
 
 // listener serves the workload API at host:port, adding host to the
@@ -919,10 +935,11 @@ func ca(ctx context.Context, c client.Client, cluster client.ObjectKey, purpose 
 }
 
 // kubelet registers the node, Ready, and renews its lease.
-func kubelet(ctx context.Context, mem inmemoryruntime.Client, name string, labels map[string]string) error {
+func kubelet(ctx context.Context, mem inmemoryruntime.Client, name string, labels map[string]string, taints []corev1.Taint) error {
 	now := metav1.Now()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: taints},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now},
 			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},

@@ -1,0 +1,398 @@
+//! The cluster's machines: `spec.controlPlane` (replicas, API endpoint,
+//! address range) and `spec.workers` (pools of worker machines), read into
+//! typed values, and the rules across them and the node network.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use serde_json::Value;
+
+use crate::network::{AddrRange, Network, parse_range};
+use crate::reader::{FieldError, Reader, show};
+use crate::validate;
+
+/// kube-vip serves the control plane's virtual IP; air-gapped sites name
+/// their mirror in `spec.controlPlane.kubeVipImage`.
+pub const DEFAULT_KUBE_VIP_IMAGE: &str = "ghcr.io/kube-vip/kube-vip:v1.0.0";
+/// Control plane sizes etcd keeps a quorum with.
+pub const CONTROL_PLANE_SIZES: [u8; 3] = [1, 3, 5];
+pub const MAX_WORKER_REPLICAS: i64 = 100;
+pub const MAX_WORKER_POOLS: usize = 16;
+
+/// The control plane: how many machines, where the API server answers
+/// and which addresses its nodes take.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControlPlane {
+    pub replicas: u8,
+    /// host of the API server endpoint (port 6443).
+    pub endpoint: Ipv4Addr,
+    pub addresses: AddrRange,
+    /// The kube-vip image, when the endpoint is a virtual IP the control
+    /// plane nodes announce; None when it is the single node's address.
+    pub vip_image: Option<String>,
+}
+
+impl ControlPlane {
+    /// The single-node form: one machine at nodeIP, which is the endpoint.
+    pub fn single(node_ip: Ipv4Addr) -> Self {
+        Self {
+            replicas: 1,
+            endpoint: node_ip,
+            addresses: AddrRange::one(node_ip),
+            vip_image: None,
+        }
+    }
+}
+
+/// One pool of worker machines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Worker {
+    pub name: String,
+    pub replicas: u32,
+    /// BareMetalHosts labelled metal.kube.farm/pool=<pool>.
+    pub pool: String,
+    pub boot_interface: String,
+    pub addresses: AddrRange,
+    /// Merged over spec.kubernetes.nodeLabels.
+    pub node_labels: BTreeMap<String, String>,
+    pub gpu: Option<crate::machine::Gpu>,
+}
+
+/// Reads `spec.controlPlane`, or the single-node form from nodeIP.
+pub fn parse_control_plane(
+    r: &mut Reader,
+    xr: &Value,
+    network: Option<&Network>,
+) -> Option<ControlPlane> {
+    if r.lookup(xr, "spec.controlPlane").is_none() {
+        return network.and_then(|n| n.node_ip).map(ControlPlane::single);
+    }
+    let replicas = match r.opt_int(xr, "spec.controlPlane.replicas") {
+        None => Some(1),
+        Some(n) if CONTROL_PLANE_SIZES.iter().any(|s| i64::from(*s) == n) => Some(n as u8),
+        Some(n) => {
+            r.fail(
+                "spec.controlPlane.replicas",
+                Some(&Value::from(n)),
+                "must be 1, 3 or 5: etcd needs an odd number of members to keep a quorum",
+            );
+            None
+        }
+    };
+    let addresses = match r.req_str(xr, "spec.controlPlane.addresses") {
+        Some(raw) => {
+            let res = parse_range(&raw);
+            r.check("spec.controlPlane.addresses", &raw, res)
+        }
+        None => None,
+    };
+    let endpoint = match r.opt_str(xr, "spec.controlPlane.endpoint") {
+        Some(raw) => {
+            let res = validate::ipv4(&raw);
+            r.check("spec.controlPlane.endpoint", &raw, res).map(Some)
+        }
+        None => Some(None),
+    };
+    let image = r.defaulted(
+        xr,
+        "spec.controlPlane.kubeVipImage",
+        DEFAULT_KUBE_VIP_IMAGE,
+        validate::image_reference,
+    );
+    let (replicas, addresses, endpoint) = (replicas?, addresses?, endpoint?);
+    let endpoint = match endpoint {
+        Some(vip) => (vip, Some(image?)),
+        // One machine whose range is one address: that address answers.
+        None if replicas == 1 && addresses.size() == 1 => (addresses.first, None),
+        None => {
+            r.fail(
+                "spec.controlPlane.endpoint",
+                None,
+                "is required unless there is one replica with a one-address range: it is the virtual IP the API server answers on, served by kube-vip on the control plane nodes",
+            );
+            return None;
+        }
+    };
+    Some(ControlPlane {
+        replicas,
+        endpoint: endpoint.0,
+        addresses,
+        vip_image: endpoint.1,
+    })
+}
+
+/// Reads `spec.workers`.
+pub fn parse_workers(
+    r: &mut Reader,
+    xr: &Value,
+    default_boot_interface: Option<&str>,
+) -> Vec<Worker> {
+    let items = match r.lookup(xr, "spec.workers") {
+        None => return Vec::new(),
+        Some(Value::Array(items)) => items.clone(),
+        Some(other) => {
+            r.fail(
+                "spec.workers",
+                Some(other),
+                "must be a list of worker pools",
+            );
+            return Vec::new();
+        }
+    };
+    if items.len() > MAX_WORKER_POOLS {
+        r.fail(
+            "spec.workers",
+            None,
+            format!("has {} pools; at most {MAX_WORKER_POOLS}", items.len()),
+        );
+    }
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let prefix = format!("spec.workers[{i}]");
+        // Read the item as its own document, then name the errors by index.
+        let doc = serde_json::json!({"w": item});
+        let mut sub = Reader::default();
+        let worker = parse_worker(&mut sub, &doc, default_boot_interface);
+        r.errors.extend(sub.errors.into_iter().map(|mut e| {
+            e.path = e.path.replacen('w', &prefix, 1);
+            e
+        }));
+        out.extend(worker);
+    }
+    out
+}
+
+fn parse_worker(
+    r: &mut Reader,
+    doc: &Value,
+    default_boot_interface: Option<&str>,
+) -> Option<Worker> {
+    if !doc["w"].is_object() {
+        r.fail("w", Some(&doc["w"]), "must be an object");
+        return None;
+    }
+    let name = r.req_str(doc, "w.name").and_then(|n| {
+        let res = validate::dns_label(&n).and_then(|_| {
+            (n.len() <= 20).then_some(()).ok_or_else(|| {
+                "must be at most 20 characters: machine and host names are derived from it"
+                    .to_string()
+            })
+        });
+        r.check("w.name", &n, res.map(|_| n.clone()))
+    });
+    let replicas = match r.opt_int(doc, "w.replicas") {
+        None => Some(1),
+        Some(n) if (0..=MAX_WORKER_REPLICAS).contains(&n) => Some(n as u32),
+        Some(n) => {
+            r.fail(
+                "w.replicas",
+                Some(&Value::from(n)),
+                format!("must be between 0 and {MAX_WORKER_REPLICAS}"),
+            );
+            None
+        }
+    };
+    let pool = r.req_str(doc, "w.pool").and_then(|p| {
+        let res = validate::label_value(&p);
+        r.check("w.pool", &p, res.map(|_| p.clone()))
+    });
+    let boot_interface = match r.opt_str(doc, "w.bootInterface") {
+        Some(b) => {
+            let res = validate::interface_name(&b);
+            r.check("w.bootInterface", &b, res.map(|_| b.clone()))
+        }
+        None => default_boot_interface.map(str::to_string),
+    };
+    let addresses = r.req_str(doc, "w.addresses").and_then(|raw| {
+        let res = parse_range(&raw);
+        r.check("w.addresses", &raw, res)
+    });
+    let node_labels = crate::machine::parse_node_labels(r, doc, "w.nodeLabels");
+    let gpu = crate::machine::parse_gpu_at(r, doc, "w.gpu");
+    Some(Worker {
+        name: name?,
+        replicas: replicas?,
+        pool: pool?,
+        boot_interface: boot_interface?,
+        addresses: addresses?,
+        node_labels,
+        gpu: gpu.flatten(),
+    })
+}
+
+/// Every name derived for the worker pools fits Kubernetes' 63 characters,
+/// also the Machines CAPI and CAPM3 name after them.
+pub fn derived_names(xr: &str, workers: &[Worker]) -> Result<(), String> {
+    let names = crate::names::Names::new(xr);
+    for w in workers {
+        let p = names.pool(xr, &w.name);
+        let machine = p.machines.len() + crate::names::MACHINE_SUFFIX;
+        if machine > 63 || p.data_template.len() > 63 {
+            return Err(format!(
+                "pool {:?} of MetalCluster {xr:?} derives Machine names of {machine} characters (\"{}-xxxxx-xxxxx\"); Kubernetes names must be at most 63: shorten the pool or MetalCluster name",
+                w.name, p.machines
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn err(path: &str, value: impl Into<Value>, reason: String) -> FieldError {
+    FieldError {
+        path: path.into(),
+        value: Some(show(&value.into())),
+        reason,
+    }
+}
+
+/// Rules across the control plane, the worker pools and the network:
+/// every range inside the node subnet, large enough, apart from each other
+/// and from the gateway, DNS server and load balancer range; the endpoint
+/// outside every range; unique pool names.
+/// Runs on whatever parsed, so that every problem is reported at once:
+/// `cp` is None when the control plane itself is invalid.
+pub fn check(
+    n: &Network,
+    cp: Option<&ControlPlane>,
+    workers: &[Worker],
+    fleet: bool,
+) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let subnet = n.node_subnet();
+    let mut ranges: Vec<(String, AddrRange)> = Vec::new();
+    let cp = cp.filter(|_| fleet);
+    if let Some(cp) = cp {
+        ranges.push(("spec.controlPlane.addresses".into(), cp.addresses));
+    }
+    for (i, w) in workers.iter().enumerate() {
+        ranges.push((format!("spec.workers[{i}].addresses"), w.addresses));
+    }
+    if let Some(cp) = cp
+        && u64::from(cp.replicas) > cp.addresses.size()
+    {
+        out.push(err(
+            "spec.controlPlane.addresses",
+            cp.addresses.to_string(),
+            format!(
+                "holds {} addresses, fewer than the {} replicas",
+                cp.addresses.size(),
+                cp.replicas
+            ),
+        ));
+    }
+    for (i, w) in workers.iter().enumerate() {
+        if u64::from(w.replicas) > w.addresses.size() {
+            out.push(err(
+                &format!("spec.workers[{i}].addresses"),
+                w.addresses.to_string(),
+                format!(
+                    "holds {} addresses, fewer than the {} replicas",
+                    w.addresses.size(),
+                    w.replicas
+                ),
+            ));
+        }
+        if let Some(j) = workers[..i].iter().position(|o| o.name == w.name) {
+            out.push(err(
+                &format!("spec.workers[{i}].name"),
+                w.name.clone(),
+                format!("is also the name of spec.workers[{j}]: pool names are unique"),
+            ));
+        }
+    }
+    let mut singles: Vec<(&str, Ipv4Addr)> = vec![
+        ("spec.network.gateway", n.gateway),
+        ("spec.network.dnsServer", n.dns_server),
+    ];
+    if let Some(ip) = n.node_ip {
+        singles.push(("spec.network.nodeIP", ip));
+    }
+    for (i, (path, r)) in ranges.iter().enumerate() {
+        if !r.within(&subnet) {
+            out.push(err(
+                path,
+                r.to_string(),
+                format!("must lie inside the node subnet {subnet}"),
+            ));
+            continue;
+        }
+        for edge in [subnet.network(), subnet.broadcast()] {
+            if n.prefix <= 30 && r.contains(edge) {
+                out.push(err(
+                    path,
+                    r.to_string(),
+                    format!("includes {edge}, the network or broadcast address of {subnet}"),
+                ));
+            }
+        }
+        for (what, a) in &singles {
+            if r.contains(*a) {
+                out.push(err(path, r.to_string(), format!("includes {what} {a}")));
+            }
+        }
+        if let Some(lb) = &n.load_balancer
+            && r.first <= lb.last()
+            && lb.first() <= r.last
+        {
+            out.push(err(
+                path,
+                r.to_string(),
+                format!(
+                    "overlaps spec.network.loadBalancer {}-{}",
+                    lb.first(),
+                    lb.last()
+                ),
+            ));
+        }
+        for (other_path, o) in &ranges[..i] {
+            if r.overlaps(o) {
+                out.push(err(
+                    path,
+                    r.to_string(),
+                    format!("overlaps {other_path} {o}"),
+                ));
+            }
+        }
+    }
+    if let Some(cp) = cp.filter(|cp| cp.vip_image.is_some()) {
+        let vip = cp.endpoint;
+        let path = "spec.controlPlane.endpoint";
+        if !subnet.contains(&vip) {
+            out.push(err(
+                path,
+                vip.to_string(),
+                format!("must lie inside the node subnet {subnet}: kube-vip announces it by ARP on the nodes' link"),
+            ));
+        } else if n.prefix <= 30 && (vip == subnet.network() || vip == subnet.broadcast()) {
+            out.push(err(
+                path,
+                vip.to_string(),
+                format!("is the network or broadcast address of {subnet}"),
+            ));
+        }
+        for (what, a) in &singles {
+            if vip == *a {
+                out.push(err(path, vip.to_string(), format!("is {what}")));
+            }
+        }
+        if let Some(lb) = &n.load_balancer
+            && lb.contains(vip)
+        {
+            out.push(err(
+                path,
+                vip.to_string(),
+                "is inside spec.network.loadBalancer".to_string(),
+            ));
+        }
+        for (range_path, r) in &ranges {
+            if r.contains(vip) {
+                out.push(err(
+                    path,
+                    vip.to_string(),
+                    format!("is inside {range_path} {r}: a node would take the virtual IP"),
+                ));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,815 @@
+//! The fleet form: a control plane behind a virtual IP and worker pools.
+//! Every validation rule with an input that breaks it (named by its path
+//! with index), the objects per pool, host protection and status.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use metalplane::compose::compose;
+use metalplane::render;
+use serde_json::{Value, json};
+
+fn fleet_xr() -> Value {
+    load_yaml(&repo_root().join("examples/metalcluster/fleet.yaml"))[0].clone()
+}
+
+/// Sets (or with Null removes) the value at a JSON pointer.
+fn set(v: &mut Value, ptr: &str, new: Value) {
+    let (parent, key) = ptr.rsplit_once('/').expect("pointer");
+    let p = v.pointer_mut(parent).expect("parent exists");
+    match (p, new) {
+        (Value::Object(m), Value::Null) => {
+            m.remove(key);
+        }
+        (Value::Object(m), n) => {
+            m.insert(key.into(), n);
+        }
+        (Value::Array(a), n) => a[key.parse::<usize>().expect("index")] = n,
+        _ => panic!("{ptr}: parent is neither object nor list"),
+    }
+}
+
+/// (pointer to set, bad value, path the message names, text it must contain)
+fn cases() -> Vec<(&'static str, Value, &'static str, &'static str)> {
+    vec![
+        (
+            "/spec/controlPlane/replicas",
+            json!(2),
+            "spec.controlPlane.replicas",
+            "must be 1, 3 or 5",
+        ),
+        (
+            "/spec/controlPlane/replicas",
+            json!(4),
+            "spec.controlPlane.replicas",
+            "must be 1, 3 or 5",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            Value::Null,
+            "spec.controlPlane.endpoint",
+            "is required unless there is one replica",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            json!("10.40.8.22"),
+            "spec.controlPlane.endpoint",
+            "is inside spec.controlPlane.addresses",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            json!("10.40.8.31"),
+            "spec.controlPlane.endpoint",
+            "is inside spec.workers[0].addresses",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            json!("10.41.0.5"),
+            "spec.controlPlane.endpoint",
+            "inside the node subnet 10.40.8.0/24",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            json!("10.40.8.1"),
+            "spec.controlPlane.endpoint",
+            "is spec.network.gateway",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            json!("10.40.8.205"),
+            "spec.controlPlane.endpoint",
+            "spec.network.loadBalancer",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            json!("10.40.8.255"),
+            "spec.controlPlane.endpoint",
+            "broadcast",
+        ),
+        (
+            "/spec/controlPlane/endpoint",
+            json!("vip"),
+            "spec.controlPlane.endpoint",
+            "IPv4",
+        ),
+        (
+            "/spec/controlPlane/addresses",
+            json!("10.40.8.21-10.40.8.22"),
+            "spec.controlPlane.addresses",
+            "fewer than the 3 replicas",
+        ),
+        (
+            "/spec/controlPlane/addresses",
+            json!("10.40.9.21-10.40.9.24"),
+            "spec.controlPlane.addresses",
+            "inside the node subnet",
+        ),
+        (
+            "/spec/controlPlane/addresses",
+            json!("10.40.8.1-10.40.8.5"),
+            "spec.controlPlane.addresses",
+            "includes spec.network.gateway",
+        ),
+        (
+            "/spec/controlPlane/addresses",
+            json!("10.40.8.0-10.40.8.5"),
+            "spec.controlPlane.addresses",
+            "network or broadcast",
+        ),
+        (
+            "/spec/controlPlane/addresses",
+            json!("10.40.8.24-10.40.8.21"),
+            "spec.controlPlane.addresses",
+            "empty range",
+        ),
+        (
+            "/spec/controlPlane/addresses",
+            json!("10.40.8.21"),
+            "spec.controlPlane.addresses",
+            "FIRST-LAST",
+        ),
+        (
+            "/spec/controlPlane/addresses",
+            Value::Null,
+            "spec.controlPlane.addresses",
+            "is required",
+        ),
+        (
+            "/spec/controlPlane/kubeVipImage",
+            json!("kube-vip; reboot"),
+            "spec.controlPlane.kubeVipImage",
+            "container image reference",
+        ),
+        (
+            "/spec/network/nodeIP",
+            json!("10.40.8.50"),
+            "spec.network.nodeIP",
+            "is for a single node",
+        ),
+        (
+            "/spec/workers/1/addresses",
+            json!("10.40.8.35-10.40.8.44"),
+            "spec.workers[1].addresses",
+            "overlaps spec.workers[0].addresses",
+        ),
+        (
+            "/spec/workers/0/addresses",
+            json!("10.40.8.24-10.40.8.31"),
+            "spec.workers[0].addresses",
+            "overlaps spec.controlPlane.addresses",
+        ),
+        (
+            "/spec/workers/0/addresses",
+            json!("10.40.8.30-10.40.8.30"),
+            "spec.workers[0].addresses",
+            "fewer than the 2 replicas",
+        ),
+        (
+            "/spec/workers/0/addresses",
+            json!("10.40.8.195-10.40.8.201"),
+            "spec.workers[0].addresses",
+            "overlaps spec.network.loadBalancer",
+        ),
+        (
+            "/spec/workers/1/addresses",
+            json!("10.40.7.40-10.40.7.44"),
+            "spec.workers[1].addresses",
+            "inside the node subnet",
+        ),
+        (
+            "/spec/workers/1/addresses",
+            json!("10.40.8.240-10.40.8.255"),
+            "spec.workers[1].addresses",
+            "network or broadcast",
+        ),
+        (
+            "/spec/workers/1/name",
+            json!("gpu"),
+            "spec.workers[1].name",
+            "pool names are unique",
+        ),
+        (
+            "/spec/workers/0/name",
+            json!("GPU_1"),
+            "spec.workers[0].name",
+            "DNS label",
+        ),
+        (
+            "/spec/workers/0/name",
+            json!("a-very-long-pool-name"),
+            "spec.workers[0].name",
+            "at most 20 characters",
+        ),
+        (
+            "/spec/workers/0/replicas",
+            json!(101),
+            "spec.workers[0].replicas",
+            "between 0 and 100",
+        ),
+        (
+            "/spec/workers/0/replicas",
+            json!(-1),
+            "spec.workers[0].replicas",
+            "between 0 and 100",
+        ),
+        (
+            "/spec/workers/0/pool",
+            json!(""),
+            "spec.workers[0].pool",
+            "must not be empty",
+        ),
+        (
+            "/spec/workers/0/pool",
+            Value::Null,
+            "spec.workers[0].pool",
+            "is required",
+        ),
+        (
+            "/spec/workers/0/bootInterface",
+            json!("$(reboot)"),
+            "spec.workers[0].bootInterface",
+            "$(reboot)",
+        ),
+        (
+            "/spec/workers/0/gpu/driverInstallerURL",
+            json!("ftp://x/n.run"),
+            "spec.workers[0].gpu.driverInstallerURL",
+            "ftp://x/n.run",
+        ),
+        (
+            "/spec/workers/0/gpu/count",
+            json!(0),
+            "spec.workers[0].gpu.count",
+            "between 1 and 64",
+        ),
+        (
+            "/spec/workers/0/nodeLabels",
+            json!({"kubernetes.io/role": "x"}),
+            "spec.workers[0].nodeLabels[\"kubernetes.io/role\"]",
+            "key",
+        ),
+        (
+            "/spec/workers/1",
+            json!("cpu"),
+            "spec.workers[1]",
+            "must be an object",
+        ),
+        (
+            "/spec/workers",
+            json!({"name": "gpu"}),
+            "spec.workers",
+            "must be a list",
+        ),
+    ]
+}
+
+#[test]
+fn every_fleet_rule_refuses_its_bad_input_by_indexed_path() {
+    assert_eq!(
+        fatal(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[])))),
+        None,
+        "the example is valid"
+    );
+    for (ptr, bad, path, expect) in cases() {
+        let mut xr = fleet_xr();
+        set(&mut xr, ptr, bad.clone());
+        let rsp = compose(&request(&xr, &BTreeMap::new(), Some(&[])));
+        let msg = fatal(&rsp).unwrap_or_else(|| panic!("{ptr}={bad} was accepted"));
+        assert!(
+            msg.contains(&format!("{path} ")) || msg.contains(&format!("{path}:")),
+            "{ptr}={bad}: does not name {path}: {msg}"
+        );
+        assert!(msg.contains(expect), "{ptr}={bad}: lacks {expect:?}: {msg}");
+        assert!(
+            desired(&rsp).is_empty(),
+            "{ptr}: composed despite the Fatal"
+        );
+    }
+}
+
+#[test]
+fn all_fleet_problems_are_reported_at_once() {
+    let mut xr = fleet_xr();
+    set(&mut xr, "/spec/controlPlane/replicas", json!(2));
+    set(&mut xr, "/spec/workers/1/name", json!("gpu"));
+    set(
+        &mut xr,
+        "/spec/workers/0/addresses",
+        json!("10.40.8.30-10.40.8.30"),
+    );
+    let msg = fatal(&compose(&request(&xr, &BTreeMap::new(), Some(&[])))).expect("refused");
+    for p in [
+        "spec.controlPlane.replicas 2",
+        "spec.workers[1].name \"gpu\"",
+        "spec.workers[0].addresses",
+    ] {
+        assert!(msg.contains(p), "missing {p} in {msg}");
+    }
+}
+
+#[test]
+fn derived_machine_names_fit_63_characters() {
+    let mut xr = fleet_xr();
+    xr["metadata"]["name"] = json!("a".repeat(30));
+    set(&mut xr, "/spec/workers/0/name", json!("b".repeat(20)));
+    let msg = fatal(&compose(&request(&xr, &BTreeMap::new(), Some(&[])))).expect("refused");
+    assert!(
+        msg.contains("spec.workers") && msg.contains("at most 63"),
+        "{msg}"
+    );
+    set(&mut xr, "/spec/workers/0/name", json!("b".repeat(9)));
+    assert_eq!(
+        fatal(&compose(&request(&xr, &BTreeMap::new(), Some(&[])))),
+        None
+    );
+}
+
+/// One replica with a one-address range needs no VIP: the address answers.
+#[test]
+fn one_replica_on_one_address_needs_no_virtual_ip() {
+    let mut xr = fleet_xr();
+    set(
+        &mut xr,
+        "/spec/controlPlane",
+        json!({"replicas": 1, "addresses": "10.40.8.21-10.40.8.21"}),
+    );
+    let d = desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))));
+    assert_eq!(
+        d["metal3cluster"]["spec"]["controlPlaneEndpoint"]["host"],
+        "10.40.8.21"
+    );
+    assert!(
+        d["kubeadmcontrolplane"]["spec"]["kubeadmConfigSpec"]
+            .get("files")
+            .is_none()
+    );
+}
+
+#[test]
+fn control_plane_behind_a_virtual_ip() {
+    let d = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
+    let kcp = &d["kubeadmcontrolplane"]["spec"];
+    assert_eq!(kcp["replicas"], 3);
+    assert_eq!(kcp["rollout"]["strategy"]["rollingUpdate"]["maxSurge"], 0);
+    assert_eq!(
+        d["metal3cluster"]["spec"]["controlPlaneEndpoint"]["host"],
+        "10.40.8.20"
+    );
+    assert_eq!(
+        d["ippool"]["spec"]["pools"],
+        json!([{"start": "10.40.8.21", "end": "10.40.8.24"}])
+    );
+    // With workers the control plane keeps kubeadm's taint.
+    let cfg = &kcp["kubeadmConfigSpec"];
+    assert!(
+        cfg["initConfiguration"]["nodeRegistration"]
+            .get("taints")
+            .is_none()
+    );
+    // kube-vip: the static Pod names the VIP, the boot NIC and the image.
+    let file = &cfg["files"][0];
+    assert_eq!(file["path"], "/etc/kubernetes/manifests/kube-vip.yaml");
+    let pod: Value =
+        serde_json::from_str(file["content"].as_str().expect("content")).expect("JSON manifest");
+    let env: BTreeMap<String, Value> = pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e.get("value").cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    assert_eq!(env["address"], "10.40.8.20");
+    assert_eq!(env["vip_interface"], "eno1");
+    assert_eq!(env["vip_arp"], "true");
+    assert_eq!(env["cp_enable"], "true");
+    assert_eq!(
+        pod["spec"]["containers"][0]["image"],
+        "ghcr.io/kube-vip/kube-vip:v1.0.0"
+    );
+    // The first-boot command points only the hostPath at super-admin.conf.
+    let cmds = cfg["preKubeadmCommands"].as_array().expect("commands");
+    assert_eq!(cmds.len(), 1, "no GPU on the control plane: {cmds:?}");
+}
+
+/// The super-admin switch, run as the node runs it, on the manifest as
+/// written: only the hostPath changes, and only on the init node.
+#[test]
+fn kube_vip_uses_super_admin_conf_on_the_init_node_only() {
+    let d = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
+    let cfg = &d["kubeadmcontrolplane"]["spec"]["kubeadmConfigSpec"];
+    let content = cfg["files"][0]["content"]
+        .as_str()
+        .expect("content")
+        .to_string();
+    let cmd = cfg["preKubeadmCommands"][0]
+        .as_str()
+        .expect("command")
+        .to_string();
+    for (init, join) in [(true, false), (false, true)] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("run/kubeadm")).expect("dir");
+        std::fs::create_dir_all(root.join("etc/kubernetes/manifests")).expect("dir");
+        std::fs::write(
+            root.join("etc/kubernetes/manifests/kube-vip.yaml"),
+            &content,
+        )
+        .expect("write");
+        if init {
+            std::fs::write(root.join("run/kubeadm/kubeadm.yaml"), "").expect("write");
+        }
+        if join {
+            std::fs::write(root.join("run/kubeadm/kubeadm.yaml"), "").expect("write");
+            std::fs::write(root.join("run/kubeadm/kubeadm-join-config.yaml"), "").expect("write");
+        }
+        let local = cmd
+            .replace("/run/", &format!("{}/run/", root.display()))
+            .replace(
+                " /etc/kubernetes/manifests",
+                &format!(" {}/etc/kubernetes/manifests", root.display()),
+            );
+        let st = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&local)
+            .status()
+            .expect("sh");
+        assert!(st.success());
+        let after: Value = serde_json::from_str(
+            &std::fs::read_to_string(root.join("etc/kubernetes/manifests/kube-vip.yaml"))
+                .expect("read"),
+        )
+        .expect("still JSON");
+        let host_path = &after["spec"]["volumes"][0]["hostPath"]["path"];
+        let mount = &after["spec"]["containers"][0]["volumeMounts"][0]["mountPath"];
+        assert_eq!(
+            mount, "/etc/kubernetes/admin.conf",
+            "kube-vip reads the same path"
+        );
+        if init {
+            assert_eq!(host_path, "/etc/kubernetes/super-admin.conf");
+        } else {
+            assert_eq!(host_path, "/etc/kubernetes/admin.conf");
+        }
+    }
+}
+
+#[test]
+fn each_worker_pool_gets_its_machines() {
+    let d = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
+    let md = &d["worker-gpu"];
+    assert_eq!(md["kind"], "MachineDeployment");
+    assert_eq!(md["metadata"]["name"], "rack1-cluster-gpu");
+    assert_eq!(md["spec"]["replicas"], 2);
+    assert_eq!(
+        md["spec"]["rollout"]["strategy"]["rollingUpdate"]["maxSurge"],
+        0
+    );
+    assert_eq!(md["spec"]["template"]["spec"]["version"], "v1.34.1");
+    assert_eq!(d["worker-cpu"]["spec"]["replicas"], 1);
+    // Host selector, NIC and range per pool.
+    assert_eq!(
+        d["worker-gpu.machinetemplate"]["spec"]["template"]["spec"]["hostSelector"]["matchLabels"]
+            ["metal.kube.farm/pool"],
+        "sm-4029-w"
+    );
+    assert_eq!(
+        d["worker-gpu.datatemplate"]["spec"]["networkData"]["links"]["ethernets"][0]["id"],
+        "eno1np0"
+    );
+    assert_eq!(
+        d["worker-cpu.datatemplate"]["spec"]["networkData"]["links"]["ethernets"][0]["id"], "eno1",
+        "defaults to spec.host.bootInterface"
+    );
+    assert_eq!(
+        d["worker-gpu.ippool"]["spec"]["pools"],
+        json!([{"start": "10.40.8.30", "end": "10.40.8.39"}])
+    );
+    // Only the gpu pool installs the driver; labels merge, pool label set.
+    let gpu_cfg = &d["worker-gpu.config"]["spec"]["template"]["spec"];
+    assert!(
+        gpu_cfg["preKubeadmCommands"]
+            .to_string()
+            .contains("NVIDIA-Linux-x86_64-580.95.05.run")
+    );
+    assert!(
+        d["worker-cpu.config"]["spec"]["template"]["spec"]
+            .get("preKubeadmCommands")
+            .is_none()
+    );
+    let labels = gpu_cfg["joinConfiguration"]["nodeRegistration"]["kubeletExtraArgs"][0]["value"]
+        .as_str()
+        .expect("labels");
+    assert!(
+        labels.contains("gpu.kube.farm/model=tesla-v100")
+            && labels.contains("modelplane.ai/pool=gpu"),
+        "{labels}"
+    );
+    assert!(gpu_cfg["users"][0]["sshAuthorizedKeys"].is_array());
+}
+
+fn pool_host(name: &str, pool: &str, claimed: bool) -> Value {
+    let mut h = host(
+        name,
+        if claimed { "provisioned" } else { "available" },
+        claimed.then_some(name),
+        claimed,
+    );
+    h["metadata"]["labels"]["metal.kube.farm/pool"] = json!(pool);
+    if claimed {
+        h["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("rack1-cluster");
+    }
+    h
+}
+
+fn fleet_request(
+    observed: &BTreeMap<&str, Value>,
+    cp: &[Value],
+    gpu: Option<&[Value]>,
+    cpu: &[Value],
+) -> function_sdk_rust::proto::v1::RunFunctionRequest {
+    let mut req = request(&fleet_xr(), observed, Some(cp));
+    if let Some(g) = gpu {
+        render::with_required(&mut req, "hosts.sm-4029-w", g).expect("gpu hosts");
+    }
+    render::with_required(&mut req, "hosts.rack1-cpu", cpu).expect("cpu hosts");
+    req
+}
+
+#[test]
+fn every_claimed_host_is_protected_and_listed() {
+    let cp = [
+        pool_host("cp1", "rack1-cp", true),
+        pool_host("cp2", "rack1-cp", true),
+        pool_host("cp3", "rack1-cp", false),
+    ];
+    let gpu = [
+        pool_host("g1", "sm-4029-w", true),
+        pool_host("g2", "sm-4029-w", false),
+    ];
+    let cpu = [pool_host("c1", "rack1-cpu", true)];
+    let rsp = compose(&fleet_request(&BTreeMap::new(), &cp, Some(&gpu), &cpu));
+    let reqs = rsp.requirements.as_ref().expect("requirements");
+    let mut wanted: Vec<&String> = reqs.resources.keys().collect();
+    wanted.sort();
+    assert_eq!(wanted, ["hosts", "hosts.rack1-cpu", "hosts.sm-4029-w"]);
+    let d = desired(&rsp);
+    let mut protected: Vec<&str> = d
+        .iter()
+        .filter(|(k, _)| k.starts_with("host-in-use"))
+        .map(|(_, u)| {
+            u["spec"]["of"]["resourceRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+        })
+        .collect();
+    protected.sort_unstable();
+    assert_eq!(protected, ["c1", "cp1", "cp2", "g1"]);
+    let status = desired_status(&rsp);
+    let listed: Vec<&str> = status["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| h["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(listed, ["cp1", "cp2", "g1", "c1"]);
+    assert_eq!(status["hosts"][2]["pool"], "sm-4029-w");
+    assert_eq!(status["nodes"], "0/6");
+
+    // A pool not resolved yet keeps the hosts already protected.
+    let mut observed = BTreeMap::new();
+    for (k, u) in d.iter().filter(|(k, _)| k.starts_with("host-in-use")) {
+        observed.insert(k.as_str(), u.clone());
+    }
+    let rsp = compose(&fleet_request(&observed, &cp, None, &cpu));
+    let mut kept: Vec<String> = desired(&rsp)
+        .keys()
+        .filter(|k| k.starts_with("host-in-use"))
+        .cloned()
+        .collect();
+    kept.sort();
+    assert_eq!(kept.len(), 4, "{kept:?}");
+}
+
+fn rollout(kind: &str, desired: i64, ready: i64, up_to_date: i64) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind,
+        "metadata": {"name": "x", "generation": 2},
+        "spec": {"replicas": desired},
+        "status": {"observedGeneration": 2, "replicas": desired, "readyReplicas": ready, "upToDateReplicas": up_to_date},
+    })
+}
+
+#[test]
+fn ready_means_every_pool_ready() {
+    let up = |o: Value| with_condition(o, "Available", "True");
+    let mut observed: BTreeMap<&str, Value> = BTreeMap::from([
+        (
+            "cluster",
+            up(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "rack1-cluster"}}),
+            ),
+        ),
+        (
+            "cilium",
+            with_condition(
+                json!({"apiVersion": "helm.m.crossplane.io/v1beta1", "kind": "Release", "metadata": {"name": "c"}}),
+                "Ready",
+                "True",
+            ),
+        ),
+        (
+            "kubeadmcontrolplane",
+            rollout("KubeadmControlPlane", 3, 3, 3),
+        ),
+        ("worker-gpu", rollout("MachineDeployment", 2, 1, 2)),
+        ("worker-cpu", rollout("MachineDeployment", 1, 1, 1)),
+    ]);
+    let cp = [pool_host("cp1", "rack1-cp", true)];
+    let rsp = compose(&fleet_request(&observed, &cp, Some(&[]), &[]));
+    let status = desired_status(&rsp);
+    assert_eq!(status["phase"], "RollingOut", "{status}");
+    assert_eq!(status["nodes"], "5/6");
+    assert_eq!(status["workers"][0]["name"], "gpu");
+    assert_eq!(status["workers"][0]["readyReplicas"], 1);
+    observed.insert("worker-gpu", rollout("MachineDeployment", 2, 2, 2));
+    // Every machine there and up to date, one control plane node not ready.
+    observed.insert(
+        "kubeadmcontrolplane",
+        rollout("KubeadmControlPlane", 3, 2, 3),
+    );
+    let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
+    assert_eq!(status["phase"], "RollingOut", "{status}");
+    observed.insert(
+        "kubeadmcontrolplane",
+        rollout("KubeadmControlPlane", 3, 3, 3),
+    );
+    let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
+    assert_eq!(status["phase"], "Ready", "{status}");
+    assert_eq!(status["nodes"], "6/6");
+    // Just scaled (the spec asks 2, the pool has not seen it): not done.
+    observed.insert("worker-gpu", rollout("MachineDeployment", 1, 1, 1));
+    let status = desired_status(&compose(&fleet_request(&observed, &cp, Some(&[]), &[])));
+    assert_eq!(status["phase"], "RollingOut", "{status}");
+    assert_eq!(status["nodes"], "5/6");
+}
+
+/// With inference, each GPU worker pool is a Modelplane node pool with its
+/// own InferenceClass from its GPUs; the pools stay until Modelplane let go.
+#[test]
+fn each_gpu_pool_is_a_modelplane_node_pool() {
+    let mut xr = fleet_xr();
+    xr["spec"]["inference"] = json!({"existing": {"cache": {"storageClassName": "nfs-client"}}});
+    let observed = BTreeMap::from([(
+        "cluster",
+        with_condition(
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "rack1-cluster"}}),
+            "Available",
+            "True",
+        ),
+    )]);
+    let rsp = compose(&request(&xr, &observed, Some(&[])));
+    assert_eq!(fatal(&rsp), None);
+    let d = desired(&rsp);
+    assert!(
+        !d.contains_key("inference-class"),
+        "no control plane class with GPU pools"
+    );
+    assert!(
+        !d.contains_key("inference-class.cpu"),
+        "the cpu pool has no GPU"
+    );
+    let class = &d["inference-class.gpu"]["spec"]["forProvider"]["manifest"];
+    assert_eq!(class["metadata"]["name"], "metal-rack1-gpu");
+    assert_eq!(class["spec"]["devices"][0]["count"], 4);
+    assert_eq!(
+        class["spec"]["devices"][0]["attributes"]["productName"]["string"],
+        "Tesla V100-PCIE-16GB"
+    );
+    let cluster = &d["inference-cluster"]["spec"]["forProvider"]["manifest"];
+    assert_eq!(
+        cluster["spec"]["nodePools"],
+        json!([{"name": "gpu", "className": "metal-rack1-gpu", "nodeCount": 2}])
+    );
+    for (usage, of) in [
+        ("inference-needs-class.gpu", "rack1-inference-class-gpu"),
+        ("inference-needs-worker-gpu", "rack1-cluster-gpu"),
+        ("inference-needs-worker-cpu", "rack1-cluster-cpu"),
+    ] {
+        assert_eq!(d[usage]["spec"]["of"]["resourceRef"]["name"], of, "{usage}");
+        assert_eq!(
+            d[usage]["spec"]["by"]["resourceRef"]["name"],
+            "rack1-inference-cluster"
+        );
+    }
+    let status = desired_status(&rsp);
+    assert_eq!(
+        status["inference"]["pools"],
+        json!([{"nodePool": "gpu", "class": "metal-rack1-gpu"}])
+    );
+
+    // Without GPUs anywhere the fleet has nothing to describe.
+    let mut no_gpu = xr.clone();
+    no_gpu["spec"]["workers"][0]
+        .as_object_mut()
+        .map(|w| w.remove("gpu"));
+    let msg = fatal(&compose(&request(&no_gpu, &BTreeMap::new(), Some(&[])))).expect("refused");
+    assert!(
+        msg.contains("spec.inference") && msg.contains("worker pool with gpu"),
+        "{msg}"
+    );
+}
+
+fn condition(
+    rsp: &function_sdk_rust::proto::v1::RunFunctionResponse,
+    typ: &str,
+) -> Option<(i32, String, String)> {
+    rsp.conditions.iter().find(|c| c.r#type == typ).map(|c| {
+        (
+            c.status,
+            c.reason.clone(),
+            c.message.clone().unwrap_or_default(),
+        )
+    })
+}
+
+/// A pool that cannot get a host for every replica says so, naming the
+/// pool; control plane and worker hosts are told apart by their machines.
+#[test]
+fn a_pool_short_of_hosts_says_so() {
+    let mut cp1 = pool_host("cp1", "rack1-cp", true);
+    cp1["spec"]["consumerRef"]["name"] = json!("rack1-cluster-x7k2p");
+    let cp = [
+        cp1,
+        pool_host("cp2", "rack1-cp", false),
+        pool_host("cp3", "rack1-cp", false),
+    ];
+    let mut g1 = pool_host("g1", "sm-4029-w", true);
+    g1["spec"]["consumerRef"]["name"] = json!("rack1-cluster-gpu-5d8f9-q2w4e");
+    let mut g2 = pool_host("g2", "sm-4029-w", false);
+    g2["status"]["provisioning"]["state"] = json!("deprovisioning");
+    g2["spec"].as_object_mut().map(|s| s.remove("consumerRef"));
+    let cpu = [pool_host("c1", "rack1-cpu", false)];
+
+    let rsp = compose(&fleet_request(
+        &BTreeMap::new(),
+        &cp,
+        Some(std::slice::from_ref(&g1)),
+        &cpu,
+    ));
+    let (status, reason, msg) = condition(&rsp, "HostsSuffice").expect("condition");
+    assert_eq!((status, reason.as_str()), (3, "NotEnoughHosts"), "{msg}");
+    assert!(
+        msg.contains("pool gpu needs 2 host(s): 1 claimed, 0 free in pool sm-4029-w"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("control plane") && !msg.contains("pool cpu"),
+        "{msg}"
+    );
+    assert!(
+        warnings(&rsp).iter().any(|w| w.contains("pool gpu")),
+        "a Warning on the transition"
+    );
+
+    // A host on its way counts: it becomes available without anyone acting.
+    let rsp = compose(&fleet_request(&BTreeMap::new(), &cp, Some(&[g1, g2]), &cpu));
+    let (status, reason, _) = condition(&rsp, "HostsSuffice").expect("condition");
+    assert_eq!((status, reason.as_str()), (2, "Enough"));
+
+    // The single-node form has HostClaimed and no such condition.
+    let rsp = compose(&request(&example_xr(), &BTreeMap::new(), Some(&[])));
+    assert!(condition(&rsp, "HostsSuffice").is_none());
+}
+
+/// A fleet's workers are NotReady until the CNI runs, so its Cluster is not
+/// Available before Cilium: Cilium is composed once the control plane is.
+#[test]
+fn cilium_waits_for_the_control_plane_not_the_workers() {
+    let cluster = |conds: &[(&str, &str)]| {
+        let mut c = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "rack1-cluster"}});
+        for (t, st) in conds {
+            c = with_condition(c, t, st);
+        }
+        c
+    };
+    let cp = [pool_host("cp1", "rack1-cp", true)];
+    let none = BTreeMap::from([(
+        "cluster",
+        cluster(&[("Available", "False"), ("ControlPlaneAvailable", "False")]),
+    )]);
+    let rsp = compose(&fleet_request(&none, &cp, Some(&[]), &[]));
+    assert!(!desired(&rsp).contains_key("cilium"));
+    let cp_only = BTreeMap::from([(
+        "cluster",
+        cluster(&[("Available", "False"), ("ControlPlaneAvailable", "True")]),
+    )]);
+    let rsp = compose(&fleet_request(&cp_only, &cp, Some(&[]), &[]));
+    assert!(desired(&rsp).contains_key("cilium"));
+    assert_eq!(desired_status(&rsp)["phase"], "InstallingCNI");
+}
