@@ -1320,9 +1320,10 @@ fn edits(lab: &Lab) -> Outcome {
             json!({"inference": {"nodePool": "a100"}}),
         ),
     ];
-    // Every refused field of the table is tried here.
+    // Every refused field of the single-node form is tried here; the
+    // fleet's (controlPlane, workers) in the multi-node scenario.
     for f in metalplane::fields::FIELDS {
-        if f.class == metalplane::fields::Class::Refused {
+        if f.class == metalplane::fields::Class::Refused && !is_fleet_field(f.path) {
             check(refused.iter().any(|(p, _)| *p == f.path), || {
                 format!("no live edit of the refused field spec.{}", f.path)
             })?;
@@ -1845,6 +1846,100 @@ fn scale_gpu(lab: &Lab, replicas: u32) -> Outcome {
         .map_err(|e| e.to_string())
 }
 
+fn is_fleet_field(path: &str) -> bool {
+    path.starts_with("controlPlane") || path.starts_with("workers")
+}
+
+/// Every refused field of the fleet form, edited live on the Ready rack
+/// (JSON patches: list items by index), each refused by the API server with
+/// a message naming it and what to do instead; the spec unchanged.
+fn fleet_refused_edits(lab: &Lab) -> Outcome {
+    let refused: [(&str, Value); 9] = [
+        (
+            "controlPlane",
+            json!({"op": "remove", "path": "/spec/controlPlane"}),
+        ),
+        (
+            "controlPlane.endpoint",
+            json!({"op": "replace", "path": "/spec/controlPlane/endpoint", "value": "10.40.8.25"}),
+        ),
+        (
+            "controlPlane.addresses",
+            json!({"op": "replace", "path": "/spec/controlPlane/addresses", "value": "10.40.8.21-10.40.8.25"}),
+        ),
+        (
+            "controlPlane.kubeVipImage",
+            json!({"op": "add", "path": "/spec/controlPlane/kubeVipImage", "value": "mirror.lan/kube-vip/kube-vip:v1.0.0"}),
+        ),
+        (
+            "workers[].pool",
+            json!({"op": "replace", "path": "/spec/workers/0/pool", "value": "rack1-cpu"}),
+        ),
+        (
+            "workers[].bootInterface",
+            json!({"op": "replace", "path": "/spec/workers/0/bootInterface", "value": "eno2"}),
+        ),
+        (
+            "workers[].addresses",
+            json!({"op": "replace", "path": "/spec/workers/0/addresses", "value": "10.40.8.30-10.40.8.38"}),
+        ),
+        (
+            "workers[].nodeLabels",
+            json!({"op": "add", "path": "/spec/workers/0/nodeLabels/tier", "value": "gold"}),
+        ),
+        (
+            "workers[].gpu",
+            json!({"op": "remove", "path": "/spec/workers/0/gpu"}),
+        ),
+    ];
+    for f in metalplane::fields::FIELDS {
+        if f.class == metalplane::fields::Class::Refused && is_fleet_field(f.path) {
+            check(refused.iter().any(|(p, _)| *p == f.path), || {
+                format!("no live edit of the refused field spec.{}", f.path)
+            })?;
+        }
+    }
+    let generation =
+        get(lab, "metalcluster", RACK).and_then(|x| x.pointer("/metadata/generation").cloned());
+    for (path, op) in &refused {
+        let patch = json!([{"op": "test", "path": "/spec/workers/0/name", "value": "gpu"}, op]);
+        let out = lab.kube.run(&[
+            "patch",
+            "metalcluster",
+            RACK,
+            "-n",
+            NS,
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ]);
+        let Err(e) = out.map_err(|e| e.to_string()) else {
+            return Err(format!("editing spec.{path} was accepted"));
+        };
+        let says = format!("spec.{path} cannot");
+        check(
+            e.contains(&says)
+                && (e.contains("create a new MetalCluster")
+                    || e.contains(metalplane::fields::POOL_INSTEAD)),
+            || {
+                format!(
+                    "editing spec.{path}: the refusal does not say {says:?} and what to do: {e}"
+                )
+            },
+        )?;
+    }
+    let now =
+        get(lab, "metalcluster", RACK).and_then(|x| x.pointer("/metadata/generation").cloned());
+    check(now == generation, || {
+        "a refused edit changed the spec".into()
+    })?;
+    println!(
+        "  {} refused edits of the fleet's fields, each refused by the API server naming its field",
+        refused.len()
+    );
+    Ok(())
+}
+
 /// A 3 + 2 + 1 cluster reaches Ready with every node; the gpu pool scales
 /// 2 -> 3 -> 2 (the freed host deprovisioned, powered off and back in its
 /// pool); deleting the MetalCluster returns every host, inventory intact.
@@ -1904,6 +1999,7 @@ fn multi_node(lab: &Lab) -> Outcome {
     })
     .map_err(|e| format!("{e}: {:?} vs {claimed:?}", protected_hosts(lab)))?;
     println!("  Ready with 6/6 nodes after {up:.1} s; Usages protect {claimed:?}");
+    fleet_refused_edits(lab)?;
 
     scale_gpu(lab, 3)?;
     let t = follow_rack(lab, "gpu pool scaled to 3", 600, |s| {
