@@ -56,7 +56,7 @@ fn benches(c: &mut Criterion) {
             .desired
             .as_ref()
             .map(|d| d.resources.len()),
-        Some(20)
+        Some(26)
     );
 
     let mut g = c.benchmark_group("function");
@@ -68,7 +68,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("compose: built-in example", |b| {
         b.iter(|| metalplane::run(black_box(&example)))
     });
-    g.bench_function("compose: large (inference, 20 observed)", |b| {
+    g.bench_function("compose: large (inference, 25 observed)", |b| {
         b.iter(|| metalplane::run(black_box(&large)))
     });
     g.bench_function("operation: full (provisioning host)", |b| {
