@@ -5,32 +5,18 @@
 //! compare against.
 
 use std::hint::black_box;
-use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use function_sdk_rust::proto::v1::RunFunctionRequest;
+use function_sdk_rust::proto::v1::{RunFunctionRequest, RunFunctionResponse};
 use metalplane::render;
-use serde_json::Value;
+use prost::Message as _;
 
-fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
+mod requests;
 
-fn load(p: &str) -> Vec<Value> {
-    render::load_documents(&root().join(p)).expect("fixture")
-}
-
-fn with_hosts(mut req: RunFunctionRequest, hosts: &[Value]) -> RunFunctionRequest {
-    render::with_required(&mut req, metalplane::compose::HOSTS_REQUIREMENT, hosts).expect("hosts");
-    req
-}
-
-pub fn example_request() -> RunFunctionRequest {
-    let xr = render::parse_stream(metalplane::EXAMPLE_XR, "example")
-        .expect("example")
-        .remove(0);
-    with_hosts(render::request(&xr, &[]).expect("request"), &[])
-}
+// The server's allocator, so in-process figures compare with its own.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use requests::{example_request, fleet_request, load, with_hosts};
 
 fn large_request() -> RunFunctionRequest {
     let xr = load("examples/metalcluster/r730-inference.yaml").remove(0);
@@ -64,6 +50,21 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             function_sdk_rust::response::to(black_box(&example), metalplane::compose::TTL_READY)
         })
+    });
+    // The two ends of the wire around compose: what a server pays to read
+    // the request and write the response, beside the compose itself.
+    let bytes = example.encode_to_vec();
+    g.bench_function("decode: request (example)", |b| {
+        b.iter(|| RunFunctionRequest::decode(black_box(bytes.as_slice())))
+    });
+    let rsp = metalplane::run(&example);
+    g.bench_function("encode: response (example)", |b| {
+        b.iter(|| black_box(&rsp).encode_to_vec())
+    });
+    // What the client (Crossplane) pays to read our answer.
+    let rsp_bytes = rsp.encode_to_vec();
+    g.bench_function("decode: response (example)", |b| {
+        b.iter(|| RunFunctionResponse::decode(black_box(rsp_bytes.as_slice())))
     });
     g.bench_function("compose: built-in example", |b| {
         b.iter(|| metalplane::run(black_box(&example)))
@@ -106,44 +107,6 @@ fn benches(c: &mut Criterion) {
         });
     }
     g.finish();
-}
-
-/// A claimed, provisioned host of `pool` for the fleet example's cluster.
-fn claimed(name: &str, pool: &str) -> Value {
-    let mut h = load("tests/fixtures/hosts/r730-provisioned.yaml").remove(0);
-    h["metadata"]["name"] = name.into();
-    h["metadata"]["labels"]["metal.kube.farm/pool"] = pool.into();
-    h["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = "rack1-cluster".into();
-    h["spec"]["consumerRef"]["name"] = format!("{name}-m3m").into();
-    h
-}
-
-/// One node: the built-in example on its claimed host. More: three
-/// control plane machines and a gpu pool of n - 3, every host claimed.
-fn fleet_request(n: usize) -> RunFunctionRequest {
-    if n == 1 {
-        let mut h = load("tests/fixtures/hosts/r730-provisioned.yaml").remove(0);
-        h["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = "r730-cluster".into();
-        let xr = render::parse_stream(metalplane::EXAMPLE_XR, "example")
-            .expect("example")
-            .remove(0);
-        return with_hosts(render::request(&xr, &[]).expect("request"), &[h]);
-    }
-    let mut xr = load("examples/metalcluster/fleet.yaml").remove(0);
-    xr["spec"]["workers"] = serde_json::json!([{
-        "name": "gpu", "replicas": n - 3, "pool": "rack1-gpu",
-        "addresses": "10.40.8.30-10.40.8.129",
-        "gpu": xr["spec"]["workers"][0]["gpu"].clone(),
-    }]);
-    let cp: Vec<Value> = (1..=3)
-        .map(|i| claimed(&format!("cp-{i}"), "rack1-cp"))
-        .collect();
-    let gpu: Vec<Value> = (1..=n - 3)
-        .map(|i| claimed(&format!("gpu-{i}"), "rack1-gpu"))
-        .collect();
-    let mut req = with_hosts(render::request(&xr, &[]).expect("request"), &cp);
-    render::with_required(&mut req, "hosts.rack1-gpu", &gpu).expect("hosts");
-    req
 }
 
 criterion_group!(compose, benches);

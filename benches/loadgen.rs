@@ -15,10 +15,13 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use function_sdk_rust::proto::v1::function_runner_service_client::FunctionRunnerServiceClient;
-use function_sdk_rust::proto::v1::{Resource, Resources, RunFunctionRequest, RunFunctionResponse};
+use function_sdk_rust::proto::v1::{Resource, RunFunctionRequest, RunFunctionResponse};
 use function_sdk_rust::resource::struct_to_json;
+use prost::Message as _;
 use serde_json::{Value, json};
 use tonic::transport::{Channel, Endpoint};
+
+mod requests;
 
 #[derive(Parser, Debug)]
 #[command(about = "Drive RunFunction servers over loopback and compare them")]
@@ -40,23 +43,16 @@ struct Args {
     /// Markdown file to write the table to.
     #[arg(long)]
     results: Option<std::path::PathBuf>,
+    /// Fleet sizes (nodes) to drive at concurrency 1 against the first
+    /// server and the floors: how cost per request grows with the cluster.
+    #[arg(long, value_delimiter = ',')]
+    scale: Vec<usize>,
+    /// JSON file to write every row to (for benches/run.sh's targets).
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
     /// Cargo bench passes --bench to harness=false targets; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
-}
-
-/// The built-in example with its pool resolved empty: what Crossplane sends
-/// on the first reconcile after the BareMetalHosts were looked up.
-fn request() -> RunFunctionRequest {
-    let xr = metalplane::render::parse_stream(metalplane::EXAMPLE_XR, "example")
-        .expect("example")
-        .remove(0);
-    let mut req = metalplane::render::request(&xr, &[]).expect("request");
-    req.required_resources.insert(
-        metalplane::compose::HOSTS_REQUIREMENT.into(),
-        Resources { items: vec![] },
-    );
-    req
 }
 
 /// What must be equal across peers: every desired resource with its
@@ -81,6 +77,28 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or(0)
+}
+
+/// The process's CPU time so far (user + system, all its threads, exited
+/// ones included) from /proc/PID/stat, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is the first, utime the 12th, stime the 13th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Clock ticks per second for /proc times (`getconf CLK_TCK`; 100 on Linux).
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
 fn rss_kib(pid: u32, field: &str) -> u64 {
@@ -168,6 +186,12 @@ struct Row {
     rps: f64,
     peak_rss_kib: u64,
     cold_start: Duration,
+    /// Server CPU time over the level divided by its requests.
+    cpu_per_req: Duration,
+    /// Encoded RunFunctionResponse size.
+    resp_bytes: usize,
+    /// Fleet size of the request (scale rows), 0 for the comparison rows.
+    nodes: usize,
 }
 
 async fn drive(
@@ -175,6 +199,7 @@ async fn drive(
     req: &RunFunctionRequest,
     count: usize,
     concurrency: usize,
+    resp_bytes: usize,
 ) -> Result<Row, String> {
     let pid = server.child.id();
     let peak = Arc::new(AtomicU64::new(0));
@@ -190,9 +215,13 @@ async fn drive(
     };
     let mut tasks = Vec::new();
     let per = count / concurrency;
-    let started = Instant::now();
+    let mut clients = Vec::new();
     for _ in 0..concurrency {
-        let ch = connect(&server.addr).await?;
+        clients.push(connect(&server.addr).await?);
+    }
+    let cpu0 = cpu_ticks(pid);
+    let started = Instant::now();
+    for ch in clients {
         let req = req.clone();
         tasks.push(tokio::spawn(async move {
             let mut client = FunctionRunnerServiceClient::new(ch);
@@ -213,6 +242,10 @@ async fn drive(
         lat.extend(t.await.map_err(|e| e.to_string())??);
     }
     let wall = started.elapsed();
+    let cpu = match (cpu0, cpu_ticks(pid)) {
+        (Some(a), Some(b)) => (b - a) as f64 / clock_ticks(),
+        _ => return Err(format!("{}: cannot read its CPU time", server.name)),
+    };
     done.store(true, Ordering::Relaxed);
     let _ = sampler.await;
     lat.sort();
@@ -227,6 +260,9 @@ async fn drive(
         rps: lat.len() as f64 / wall.as_secs_f64(),
         peak_rss_kib: peak.load(Ordering::Relaxed).max(rss_kib(pid, "VmHWM:")),
         cold_start: server.cold_start,
+        cpu_per_req: Duration::from_secs_f64(cpu / lat.len() as f64),
+        resp_bytes,
+        nodes: 0,
     })
 }
 
@@ -258,11 +294,11 @@ fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| server | conc | n | p50 | p90 | p99 | RPS | peak RSS | cold start | p50 vs first | RPS first/this |"
+        "| server | conc | n | p50 | p90 | p99 | RPS | CPU/req | response | peak RSS | cold start | p50 vs first | CPU/req vs first |"
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in rows {
         let base = rows
@@ -271,7 +307,7 @@ fn table(rows: &[Row]) -> String {
             .unwrap_or(r);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {:.1} MiB | {} | {:.1}x | {:.1}x |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} B | {:.1} MiB | {} | {:.1}x | {:.1}x |",
             r.server,
             r.concurrency,
             r.n,
@@ -279,19 +315,94 @@ fn table(rows: &[Row]) -> String {
             us(r.p90),
             us(r.p99),
             r.rps,
+            us(r.cpu_per_req),
+            r.resp_bytes,
             r.peak_rss_kib as f64 / 1024.0,
             us(r.cold_start),
             r.p50.as_secs_f64() / base.p50.as_secs_f64(),
-            base.rps / r.rps,
+            r.cpu_per_req.as_secs_f64() / base.cpu_per_req.as_secs_f64(),
         );
     }
     out
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    let req = request();
+/// How cost grows with the cluster: one row per server and size.
+fn scale_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| server | nodes | request | response | p50 | CPU/req | CPU/req per node | CPU/req vs 1 node |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let one = rows
+            .iter()
+            .find(|b| b.server == r.server && b.nodes == 1)
+            .unwrap_or(r);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} B | {} B | {} | {} | {} | {:.1}x |",
+            r.server,
+            r.nodes,
+            r.n,
+            r.resp_bytes,
+            us(r.p50),
+            us(r.cpu_per_req),
+            us(r.cpu_per_req / r.nodes.max(1) as u32),
+            r.cpu_per_req.as_secs_f64() / one.cpu_per_req.as_secs_f64(),
+        );
+    }
+    out
+}
+
+fn json_row(r: &Row) -> Value {
+    json!({
+        "server": r.server, "concurrency": r.concurrency, "nodes": r.nodes,
+        "n": r.n, "p50_us": r.p50.as_secs_f64() * 1e6, "p90_us": r.p90.as_secs_f64() * 1e6,
+        "p99_us": r.p99.as_secs_f64() * 1e6, "rps": r.rps,
+        "cpu_per_req_us": r.cpu_per_req.as_secs_f64() * 1e6, "response_bytes": r.resp_bytes,
+        "peak_rss_kib": r.peak_rss_kib, "cold_start_us": r.cold_start.as_secs_f64() * 1e6,
+    })
+}
+
+/// Starts a server, checks its graph (unless a floor), warms it up and
+/// returns it with its client and the response size for `req`.
+async fn ready(
+    spec: &str,
+    req: &RunFunctionRequest,
+    reference: Option<&Value>,
+) -> Result<(Server, usize), String> {
+    let server = start(spec, req).await?;
+    let ch = connect(&server.addr)
+        .await
+        .map_err(|e| format!("{}: {e}", server.name))?;
+    let mut client = FunctionRunnerServiceClient::new(ch);
+    let rsp = client
+        .run_function(req.clone())
+        .await
+        .map_err(|e| format!("{}: {e}", server.name))?
+        .into_inner();
+    let got = desired_view(&rsp);
+    // Same graph, or the comparison is meaningless.
+    if let Some(reference) = reference
+        && &got != reference
+    {
+        return Err(format!(
+            "{} does not emit MetalPlane's graph for the built-in example\n--- metalplane\n{}\n--- {}\n{}",
+            server.name,
+            serde_json::to_string_pretty(reference).unwrap_or_default(),
+            server.name,
+            serde_json::to_string_pretty(&got).unwrap_or_default()
+        ));
+    }
+    for _ in 0..200 {
+        let _ = client.run_function(req.clone()).await;
+    }
+    Ok((server, rsp.encoded_len()))
+}
+
+async fn run(args: &Args) -> Result<String, String> {
+    let req = requests::example_request();
     let reference = desired_view(&metalplane::run(&req));
     let mut rows = Vec::new();
     let all: Vec<(&String, bool)> = args
@@ -300,79 +411,77 @@ async fn main() -> std::process::ExitCode {
         .map(|s| (s, false))
         .chain(args.floors.iter().map(|s| (s, true)))
         .collect();
-    for (spec, floor) in all {
-        let server = match start(spec, &req).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
-        };
-        // Same graph, or the comparison is meaningless.
-        let ch = match connect(&server.addr).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("error: {}: {e}", server.name);
-                return std::process::ExitCode::FAILURE;
-            }
-        };
-        let mut client = FunctionRunnerServiceClient::new(ch);
-        let got = match client.run_function(req.clone()).await {
-            Ok(r) => desired_view(&r.into_inner()),
-            Err(e) => {
-                eprintln!("error: {}: {e}", server.name);
-                return std::process::ExitCode::FAILURE;
-            }
-        };
-        if !floor && got != reference {
-            eprintln!(
-                "error: {} does not emit MetalPlane's graph for the built-in example",
-                server.name
-            );
-            eprintln!(
-                "--- metalplane\n{}\n--- {}\n{}",
-                serde_json::to_string_pretty(&reference).unwrap_or_default(),
-                server.name,
-                serde_json::to_string_pretty(&got).unwrap_or_default()
-            );
-            return std::process::ExitCode::FAILURE;
-        }
-        eprintln!(
-            "{}: same graph as MetalPlane; cold start {}",
-            server.name,
-            us(server.cold_start)
-        );
-        // Warm-up.
-        for _ in 0..200 {
-            let _ = client.run_function(req.clone()).await;
-        }
+    for &(spec, floor) in &all {
+        let (server, bytes) = ready(spec, &req, (!floor).then_some(&reference)).await?;
+        eprintln!("{}: cold start {}", server.name, us(server.cold_start));
         for &c in &args.concurrency {
-            match drive(&server, &req, args.count, c.max(1)).await {
-                Ok(r) => {
-                    eprintln!("{} conc={} p50={} rps={:.0}", r.server, c, us(r.p50), r.rps);
-                    rows.push(r);
-                }
-                Err(e) => {
-                    eprintln!("error: {}: {e}", server.name);
-                    return std::process::ExitCode::FAILURE;
-                }
-            }
+            let r = drive(&server, &req, args.count, c.max(1), bytes).await?;
+            eprintln!(
+                "{} conc={} p50={} cpu/req={} rps={:.0}",
+                r.server,
+                c,
+                us(r.p50),
+                us(r.cpu_per_req),
+                r.rps
+            );
+            rows.push(r);
+        }
+    }
+    // Fleets: the first server (ours) and the floors; the peers implement
+    // the single-node graph only.
+    let mut scale = Vec::new();
+    for &(spec, _) in all
+        .iter()
+        .filter(|(s, floor)| *floor || *s == &args.servers[0])
+    {
+        for &nodes in &args.scale {
+            let req = requests::fleet_request(nodes);
+            let (server, bytes) = ready(spec, &req, None).await?;
+            let mut r = drive(&server, &req, args.count, 1, bytes).await?;
+            // The request size goes in `n`'s place in the scale table.
+            r.n = req.encoded_len();
+            r.nodes = nodes;
+            eprintln!("{} nodes={} cpu/req={}", r.server, nodes, us(r.cpu_per_req));
+            scale.push(r);
         }
     }
     let mut order = rows.clone();
     order.sort_by_key(|r| r.concurrency);
-    let text = format!(
-        "Machine: {}. Request: the built-in example (6 composed resources), {} requests per level, client on the same machine (its cost is in every figure).\n\n{}",
+    let mut text = format!(
+        "Machine: {}. Request: the built-in example (6 composed resources), {} requests per level, client on the same machine (its cost is in latency and RPS, not in the server's CPU/req, which is the server process's own CPU time from /proc over the level).\n\n{}",
         machine(),
         args.count,
         table(&order)
     );
-    println!("{text}");
-    if let Some(p) = &args.results
-        && let Err(e) = std::fs::write(p, &text)
-    {
-        eprintln!("error: cannot write {}: {e}", p.display());
-        return std::process::ExitCode::FAILURE;
+    if !scale.is_empty() {
+        let _ = write!(
+            text,
+            "\n### By cluster size (concurrency 1; every host claimed; request and response sizes encoded)\n\n{}",
+            scale_table(&scale)
+        );
     }
-    std::process::ExitCode::SUCCESS
+    if let Some(p) = &args.json {
+        let all: Vec<Value> = rows.iter().chain(&scale).map(json_row).collect();
+        std::fs::write(p, serde_json::to_string_pretty(&all).unwrap_or_default())
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.results {
+        std::fs::write(p, &text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    Ok(text)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(&args).await {
+        Ok(text) => {
+            println!("{text}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -49,12 +49,15 @@ PY
 )
 
 PY="$VENV/bin/python"
-./target/release/loadgen --count "$COUNT" --concurrency 1,4,16 \
+./target/release/loadgen --count "$COUNT" --concurrency 1,4,16 --scale 1,10,50 \
   --server 'metalplane=target/release/function-metalplane --insecure --address 127.0.0.1:{port} --metrics-address ""' \
   --server "python-sdk=$PY benches/peers/python_peer.py --insecure --address 127.0.0.1:{port}" \
   --server "kcl-in-python=$PY benches/peers/kcl_peer.py --insecure --address 127.0.0.1:{port}" \
   --floor 'floor:echo-rust-sdk=target/release/echo-fn --insecure --address 127.0.0.1:{port} --metrics-address ""' \
-  --results target/loadgen.md
+  --floor 'floor:canned-response=target/release/echo-fn --canned --insecure --address 127.0.0.1:{port} --metrics-address ""' \
+  --results target/loadgen.md --json target/loadgen.json
+# The targets, from this run's figures only.
+targets=$(python3 benches/targets.py)
 
 {
   echo "# MetalPlane benchmarks"
@@ -72,5 +75,9 @@ PY="$VENV/bin/python"
   echo "## Over gRPC on loopback (loadgen)"
   echo
   cat target/loadgen.md
+  echo
+  echo "## Targets"
+  echo
+  echo "$targets"
 } > benches/results.md
 cat benches/results.md
