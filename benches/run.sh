@@ -3,6 +3,7 @@
 # generator against the Python-SDK and KCL peers, side by side. Writes
 # benches/results.md and prints it.
 #   benches/run.sh            # COUNT=5000 requests per concurrency level
+#   LAB=0 benches/run.sh      # without the lab figures (LAB_XRS=20 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT="${COUNT:-5000}"
@@ -59,6 +60,16 @@ PY="$VENV/bin/python"
 # The issue's targets, from this run's figures only.
 targets=$(python3 benches/targets.py)
 
+# In the lab: the real controllers, one and then LAB_XRS MetalClusters
+# (LAB=0 skips it; the lab needs root for its network namespace).
+lab=""
+if [ "${LAB:-1}" != 0 ]; then
+  cargo xtask lab up
+  cargo xtask lab perf --xrs "${LAB_XRS:-20}" --out target/lab-perf.md
+  cargo xtask lab down
+  lab=$(cat target/lab-perf.md)
+fi
+
 {
   echo "# MetalPlane benchmarks"
   echo
@@ -79,5 +90,11 @@ targets=$(python3 benches/targets.py)
   echo "## Targets"
   echo
   echo "$targets"
+  if [ -n "$lab" ]; then
+    echo
+    echo "## In the lab (cargo xtask lab perf)"
+    echo
+    echo "$lab"
+  fi
 } > benches/results.md
 cat benches/results.md

@@ -1688,39 +1688,13 @@ fn rack_hosts() -> Vec<Value> {
     for (pool, nic, count) in RACK_POOLS {
         for i in 1..=count {
             n += 1;
-            let name = format!("{pool}-{i}");
-            let mac = format!("18:66:da:00:0f:{n:02x}");
-            docs.push(json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("{name}-bmc"), "namespace": NS},
-                "stringData": {"username": "root", "password": "lab-only"},
-            }));
-            docs.push(json!({
-                "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-                "metadata": {"name": name, "namespace": NS, "labels": {"metal.kube.farm/pool": pool},
-                             "annotations": {"inspect.metal3.io": "disabled"}},
-                "spec": {
-                    "online": false, "bootMode": "UEFI", "bootMACAddress": mac,
-                    "bmc": {
-                        "address": format!("idrac-virtualmedia://10.40.8.{}/redfish/v1/Systems/System.Embedded.1", 100 + n),
-                        "credentialsName": format!("{name}-bmc"),
-                        "disableCertificateVerification": true,
-                    },
-                },
-            }));
-            docs.push(json!({
-                "apiVersion": "metal3.io/v1alpha1", "kind": "HardwareData",
-                "metadata": {"name": name, "namespace": NS},
-                "spec": {"hardware": {
-                    "hostname": name,
-                    "cpu": {"arch": "x86_64", "model": "Intel Xeon Gold 6248", "clockMegahertz": 2500, "count": 80, "flags": ["vmx"]},
-                    "ramMebibytes": 393216,
-                    "nics": [{"name": nic, "mac": mac, "speedGbps": 25, "pxe": true}],
-                    "storage": [{"name": "/dev/sda", "sizeBytes": 960197124096_u64, "rotational": false, "type": "SSD"}],
-                    "systemVendor": {"manufacturer": "Supermicro", "productName": "SYS-4029GP-TRT", "serialNumber": format!("LABF{n:03}")},
-                    "firmware": {"bios": {"vendor": "American Megatrends", "version": "3.4", "date": "01/01/2025"}},
-                }},
-            }));
+            docs.extend(xtask::lab::hosts::host_docs(
+                NS,
+                &format!("{pool}-{i}"),
+                pool,
+                nic,
+                n,
+            ));
         }
     }
     docs

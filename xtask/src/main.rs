@@ -40,6 +40,18 @@ enum LabCmd {
     },
     /// The main job on the built-in example: inventory, the r730 MetalCluster, live phases, teardown.
     Demo,
+    /// The lab's performance figures (benches/run.sh): bring-up times, status lag, steady-state load per MetalCluster.
+    Perf {
+        /// MetalClusters in the large steady state.
+        #[arg(long, default_value_t = 20)]
+        xrs: usize,
+        /// Seconds per steady-state window.
+        #[arg(long, default_value_t = 60)]
+        window: u64,
+        /// Markdown file for the figures (also printed).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
@@ -52,6 +64,20 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
         LabCmd::Down => lab.down().map(|_| 0),
         LabCmd::Exec { cmd } => lab.exec(&cmd),
         LabCmd::Demo => xtask::lab::demo::run(&lab).map(|_| 0),
+        LabCmd::Perf { xrs, window, out } => {
+            let opts = xtask::lab::perf::Options {
+                xrs,
+                window: std::time::Duration::from_secs(window),
+            };
+            let md = xtask::lab::perf::run(&lab, &opts)?;
+            println!("{md}");
+            match out {
+                Some(p) => std::fs::write(&p, &md)
+                    .map(|_| 0)
+                    .map_err(|e| xtask::lab::LabError::new(format!("{}: {e}", p.display()))),
+                None => Ok(0),
+            }
+        }
     }
 }
 

@@ -6,9 +6,11 @@
 pub mod build;
 pub mod charts;
 pub mod demo;
+pub mod hosts;
 pub mod install;
 pub mod kube;
 pub mod manifests;
+pub mod perf;
 pub mod pki;
 pub mod procs;
 

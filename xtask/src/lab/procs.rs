@@ -238,6 +238,19 @@ pub fn port_open(port: u16) -> bool {
         .unwrap_or(false)
 }
 
+/// Plain-HTTP GET inside the namespace: the body of a 200 answer. Python's
+/// client, since the function's metrics server (hyper) does not answer
+/// bash's bare /dev/tcp request.
+pub fn http_get(port: u16, path: &str) -> Result<String, LabError> {
+    run(Command::new("ip")
+        .args(["netns", "exec", NETNS, "python3", "-c"])
+        .arg(
+            "import sys, urllib.request; \
+             sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
+        )
+        .arg(format!("http://127.0.0.1:{port}{path}")))
+}
+
 /// Plain-HTTP GET inside the namespace; true on a 200 answer.
 pub fn http_ok(port: u16, path: &str) -> bool {
     Command::new("ip")
