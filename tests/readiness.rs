@@ -561,17 +561,17 @@ fn the_next_look_comes_sooner_while_a_host_moves() {
     assert_eq!(ttl(&[]), Some(30), "no host: waiting on people");
     assert_eq!(
         ttl(&[host("r730", "inspecting", None, false)]),
-        Some(5),
+        Some(3),
         "on its way"
     );
     assert_eq!(
         ttl(&[host("r730", "available", None, false)]),
-        Some(5),
+        Some(3),
         "about to be claimed"
     );
     let claimed = |state: &str| host("r730", state, Some("r730-cluster-x7k2p"), true);
-    assert_eq!(ttl(&[claimed("provisioning")]), Some(5));
-    assert_eq!(ttl(&[claimed("provisioned")]), Some(5), "bootstrapping");
+    assert_eq!(ttl(&[claimed("provisioning")]), Some(3));
+    assert_eq!(ttl(&[claimed("provisioned")]), Some(3), "bootstrapping");
     let mut failing = claimed("provisioning");
     failing["status"]["errorMessage"] = json!("boom");
     assert_eq!(ttl(&[failing]), Some(30), "BMO retries on its own schedule");

@@ -26,9 +26,11 @@ pub const BMH_KIND: &str = "BareMetalHost";
 /// How soon Crossplane calls again: with realtime compositions it requeues
 /// after the response's TTL, and nothing else tells it that a host (a
 /// required resource, not watched) changed. Quick while something is on its
-/// way, so the status follows the host within seconds; slow while waiting
-/// on people (no host, a host in error) and once settled.
-pub const TTL_MOVING: Duration = Duration::from_secs(5);
+/// way, so the status follows the host within seconds (3 s: with
+/// Crossplane's +-10% jitter and the reconcile's own time, 5 s let the
+/// status trail a host by up to 5.8 s in `cargo xtask lab perf`); slow
+/// while waiting on people (no host, a host in error) and once settled.
+pub const TTL_MOVING: Duration = Duration::from_secs(3);
 pub const TTL_WAITING: Duration = Duration::from_secs(30);
 pub const TTL_READY: Duration = Duration::from_secs(60);
 

@@ -51,7 +51,10 @@ pub fn cilium_values(mc: &MetalCluster) -> Value {
 
 /// Helm's wait: the Release is Ready only once Cilium's DaemonSet, Deployment
 /// and Services are (helm's ready checker), not when the manifests are sent.
-pub const RELEASE_WAIT_TIMEOUT: &str = "10m";
+/// Written as Go prints a duration: provider-helm stores it back as "10m0s",
+/// and "10m" made every reconcile's apply and provider-helm's update undo
+/// each other, a watch event each (found by `cargo xtask lab perf`).
+pub const RELEASE_WAIT_TIMEOUT: &str = "10m0s";
 
 pub fn cilium_release(mc: &MetalCluster, names: &Names) -> Value {
     with_spec(
