@@ -56,8 +56,11 @@ def compose(xr):
             "networks": {"ipv4": [{"id": "baremetal", "link": iface, "ipAddressFromIPPool": n["ippool"],
                                    "routes": [{"network": "0.0.0.0", "prefix": 0, "gateway": {"fromIPPool": n["ippool"]}}]}]},
             "services": {"dns": [net["dnsServer"]]}}})
+    # The node carries its Modelplane pool label from the start.
+    node_labels = {**k8s.get("nodeLabels", {}),
+                   "modelplane.ai/pool": (spec.get("inference") or {}).get("nodePool", "gpu")}
     labels = "metal3.io/uuid={{ ds.meta_data.uuid }}" + "".join(
-        f",{k}={v}" for k, v in sorted(k8s.get("nodeLabels", {}).items()))
+        f",{k}={v}" for k, v in sorted(node_labels.items()))
     reg = {"name": "{{ ds.meta_data.name }}", "taints": [], "kubeletExtraArgs": [{"name": "node-labels", "value": labels}]}
     cfg = {"initConfiguration": {"nodeRegistration": reg}, "joinConfiguration": {"controlPlane": {}, "nodeRegistration": reg}}
     access = spec.get("access")
