@@ -12,11 +12,11 @@ use metalplane::render;
 use prost::Message as _;
 
 mod requests;
+use requests::{example_request, fleet_request, load, with_hosts};
 
 // The server's allocator, so in-process figures compare with its own.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use requests::{example_request, fleet_request, load, with_hosts};
 
 fn large_request() -> RunFunctionRequest {
     let xr = load("examples/metalcluster/r730-inference.yaml").remove(0);

@@ -20,6 +20,20 @@ use super::kube::str_at;
 use super::{Lab, LabError, hosts, procs};
 
 const NS: &str = super::INVENTORY_NAMESPACE;
+/// The XR, its hosts and every kind the built-in example composes.
+const WATCHED: [&str; 11] = [
+    "metalclusters.metal.kube.farm",
+    "baremetalhosts.metal3.io",
+    "clusters.cluster.x-k8s.io",
+    "metal3clusters.infrastructure.cluster.x-k8s.io",
+    "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+    "metal3machinetemplates.infrastructure.cluster.x-k8s.io",
+    "metal3datatemplates.infrastructure.cluster.x-k8s.io",
+    "ippools.ipam.metal3.io",
+    "releases.helm.m.crossplane.io",
+    "providerconfigs.helm.m.crossplane.io",
+    "usages.protection.crossplane.io",
+];
 const POOL: &str = "perf";
 /// Processes whose CPU the steady-state windows report.
 const PROCS: [&str; 8] = [
@@ -368,7 +382,7 @@ impl Drop for Watches {
 }
 
 impl Watches {
-    fn start(lab: &Lab, kinds: &[String]) -> Result<Watches, LabError> {
+    fn start(lab: &Lab, kinds: &[&str]) -> Result<Watches, LabError> {
         let started = Instant::now();
         let events = Arc::new(Mutex::new(Vec::new()));
         let mut children = Vec::new();
@@ -394,7 +408,7 @@ impl Watches {
                 continue;
             };
             children.push(child);
-            let (events, kind) = (events.clone(), kind.clone());
+            let (events, kind) = (events.clone(), kind.to_string());
             std::thread::spawn(move || {
                 let mut last: BTreeMap<String, Value> = BTreeMap::new();
                 let stream =
@@ -456,6 +470,13 @@ fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Result<f6
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// Rates over one window of `span` from now.
+fn measure(lab: &Lab, span: Duration) -> Result<Window, LabError> {
+    let a = sample(lab)?;
+    std::thread::sleep(span);
+    Ok(window(&a, &sample(lab)?))
+}
+
 fn phase(lab: &Lab, xr: &str) -> String {
     lab.kube
         .get("metalcluster", xr, Some(NS))
@@ -482,19 +503,21 @@ struct Lag {
     xr_at: Option<f64>,
 }
 
-fn lags(events: &[Event], xr: &str, from: f64) -> Vec<Lag> {
-    // The host our XR claimed: the first whose consumer names its cluster.
+/// The first event of a host whose consumer is one of `xr`'s machines at
+/// or after `from`: when, and which host, the XR's cluster claimed.
+fn claim_event<'a>(events: &'a [Event], xr: &str, from: f64) -> Option<&'a Event> {
     let prefix = format!("{xr}-cluster-");
-    let Some(host) = events
-        .iter()
-        .find(|e| {
-            e.kind.starts_with("baremetalhosts")
-                && e.consumer
-                    .as_deref()
-                    .is_some_and(|c| c.starts_with(&prefix))
-        })
-        .map(|e| e.name.clone())
-    else {
+    events.iter().find(|e| {
+        e.t >= from
+            && e.kind.starts_with("baremetalhosts")
+            && e.consumer
+                .as_deref()
+                .is_some_and(|c| c.starts_with(&prefix))
+    })
+}
+
+fn lags(events: &[Event], xr: &str, from: f64) -> Vec<Lag> {
+    let Some(host) = claim_event(events, xr, from).map(|e| e.name.clone()) else {
         return vec![];
     };
     let mut out: Vec<Lag> = Vec::new();
@@ -600,31 +623,10 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     })?;
 
     super::progress("perf: baseline window (no MetalCluster of ours)");
-    let a = sample(lab)?;
-    std::thread::sleep(opts.window);
-    let base = window(&a, &sample(lab)?);
+    let base = measure(lab, opts.window)?;
 
     // One MetalCluster, watched from its apply.
-    let kinds_guess = [
-        "metalclusters.metal.kube.farm",
-        "baremetalhosts.metal3.io",
-        "clusters.cluster.x-k8s.io",
-        "metal3clusters.infrastructure.cluster.x-k8s.io",
-        "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
-        "metal3machinetemplates.infrastructure.cluster.x-k8s.io",
-        "metal3datatemplates.infrastructure.cluster.x-k8s.io",
-        "ippools.ipam.metal3.io",
-        "releases.helm.m.crossplane.io",
-        "providerconfigs.helm.m.crossplane.io",
-        "usages.protection.crossplane.io",
-    ];
-    let watches = Watches::start(
-        lab,
-        &kinds_guess
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>(),
-    )?;
+    let watches = Watches::start(lab, &WATCHED)?;
     std::thread::sleep(Duration::from_secs(3));
     let xr1 = xr_name(1);
     super::progress(&format!("perf: applying {xr1}"));
@@ -638,16 +640,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     let ready_at = watches.now();
     let evs = watches.snapshot();
     let lag = lags(&evs, &xr1, applied);
-    let claimed = evs
-        .iter()
-        .find(|e| {
-            e.kind.starts_with("baremetalhosts")
-                && e.t >= applied
-                && e.consumer
-                    .as_deref()
-                    .is_some_and(|c| c.starts_with(&format!("{xr1}-cluster-")))
-        })
-        .map(|e| e.t - applied);
+    let claimed = claim_event(&evs, &xr1, applied).map(|e| e.t - applied);
     let provisioned = lag
         .iter()
         .find(|l| l.state == "provisioned")
@@ -657,9 +650,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     super::progress("perf: settling, then the 1-MetalCluster window");
     std::thread::sleep(Duration::from_secs(30));
     let w1_from = watches.now();
-    let a = sample(lab)?;
-    std::thread::sleep(opts.window);
-    let one = window(&a, &sample(lab)?);
+    let one = measure(lab, opts.window)?;
     let w1_to = watches.now();
 
     // Steady state with n.
@@ -680,9 +671,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         super::progress(&format!("perf: settling, then the {n}-MetalCluster window"));
         std::thread::sleep(Duration::from_secs(30));
         let from = watches.now();
-        let a = sample(lab)?;
-        std::thread::sleep(opts.window);
-        wn = Some(window(&a, &sample(lab)?));
+        wn = Some(measure(lab, opts.window)?);
         wn_span = (from, watches.now());
     }
     let evs = watches.snapshot();
@@ -702,7 +691,8 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     );
     let _ = writeln!(
         md,
-        "| host claimed | host provisioned | Ready | {n} more Ready |"
+        "| host claimed | host provisioned | Ready | {} more Ready |",
+        n - 1
     );
     let _ = writeln!(md, "|---:|---:|---:|---:|");
     let _ = writeln!(
