@@ -108,6 +108,7 @@ fn main() -> ExitCode {
                     "scenario {name} ... FAILED ({:.0} s)\n  {e}",
                     t.elapsed().as_secs_f64()
                 );
+                println!("{}", failure_report(&lab));
                 failed.push(name);
                 // Later scenarios build on this one's end state.
                 break;
@@ -131,6 +132,61 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// What CI shows of a failed scenario, since the lab dies with the CI
+/// machine: every lab process (alive or not, a dead one's last lines), and
+/// each host of the inventory that is not at rest with its errors,
+/// annotations and BMO's last lines about it.
+fn failure_report(lab: &Lab) -> String {
+    let mut out = String::from("  lab state at the failure:\n");
+    let mut procs = lab.procs.started();
+    procs.sort();
+    let (up, down): (Vec<String>, Vec<String>) = procs
+        .into_iter()
+        .partition(|p| lab.procs.running(p).is_some());
+    out += &format!("    processes running: {}\n", up.join(", "));
+    for p in &down {
+        out += &format!("    process {p} is not running; its log ends:\n");
+        for l in lab.procs.tail(p, 15).lines() {
+            out += &format!("      {l}\n");
+        }
+    }
+    let bmo_log = std::fs::read_to_string(lab.procs.log_file("bmo")).unwrap_or_default();
+    for h in lab.kube.list("baremetalhosts", Some(NS)) {
+        let name = str_at(&h, "/metadata/name");
+        let state = str_at(&h, "/status/provisioning/state");
+        let consumer = str_at(&h, "/spec/consumerRef/name");
+        if matches!(state, "available" | "provisioned") {
+            continue;
+        }
+        let annotations: Vec<&String> = h
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .map(|a| a.keys().collect())
+            .unwrap_or_default();
+        out += &format!(
+            "    host {name}: state={state} consumer={consumer:?} online={} poweredOn={} image={:?} \
+             errorType={:?} errorMessage={:?} errorCount={} operationalStatus={} annotations={annotations:?}\n",
+            h.pointer("/spec/online").unwrap_or(&Value::Null),
+            h.pointer("/status/poweredOn").unwrap_or(&Value::Null),
+            str_at(&h, "/spec/image/url"),
+            str_at(&h, "/status/errorType"),
+            str_at(&h, "/status/errorMessage"),
+            h.pointer("/status/errorCount").unwrap_or(&Value::Null),
+            str_at(&h, "/status/operationalStatus"),
+        );
+        let quoted = format!("\"{name}\"");
+        let lines: Vec<&str> = bmo_log.lines().filter(|l| l.contains(&quoted)).collect();
+        out += &format!(
+            "      BMO's last lines about {name} (of {}):\n",
+            lines.len()
+        );
+        for l in &lines[lines.len().saturating_sub(12)..] {
+            out += &format!("      {l}\n");
+        }
+    }
+    out
 }
 
 fn check(ok: bool, what: impl FnOnce() -> String) -> Outcome {
