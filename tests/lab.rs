@@ -1,6 +1,6 @@
 //! Scenarios on the lab: a real management cluster (etcd, kube-apiserver,
 //! kube-controller-manager, Crossplane core, Cluster API, CAPM3, IPAM, BMO
-//! in test mode, our function over mTLS) started by `cargo xtask lab up`.
+//! in demo mode, our function over mTLS) started by `cargo xtask lab up`.
 //! Each scenario asserts what the cluster shows, not what we rendered.
 //!
 //! One harness-less binary: the scenarios share one lab and run in order
@@ -460,15 +460,49 @@ fn decoy_untouched(lab: &Lab, before: &Value) -> Outcome {
     )
 }
 
-/// A Dell host's state changes produce the remediation Job in the host's
-/// namespace, its BMC credentials by secretKeyRef only.
+/// BMO's demo provisioner keeps the host of this name in `provisioning`
+/// (its other hosts provision at once), as a real host sits there for
+/// minutes while its image is written.
+const PROVISIONING_HOST: &str = "demo-provisioning";
+
+/// A Dell host that enters `provisioning` gets the remediation Job in its
+/// namespace, its BMC credentials by secretKeyRef only, from the package the
+/// function was installed from. The host is real inventory to BMO (webhook,
+/// state machine); it belongs to no pool a MetalCluster names.
 fn operation(lab: &Lab) -> Outcome {
-    let jobs = lab.kube.list("jobs.batch", Some(NS));
-    let ours: Vec<&Value> = jobs
-        .iter()
-        .filter(|j| str_at(j, "/metadata/name").starts_with(HOST))
-        .collect();
-    check(!ours.is_empty(), || {
+    let mut docs =
+        xtask::lab::hosts::host_docs(NS, PROVISIONING_HOST, "by-hand", "eno1", 900).to_vec();
+    docs[1]["spec"]["online"] = json!(true);
+    docs[1]["spec"]["image"] = json!({
+        "url": "http://192.168.120.9/images/ubuntu-24.04.qcow2",
+        "checksum": "http://192.168.120.9/images/ubuntu-24.04.qcow2.sha256sum",
+        "checksumType": "sha256",
+        "format": "qcow2",
+    });
+    let prefix = format!("{PROVISIONING_HOST}-provis");
+    let ours = |lab: &Lab| -> Vec<Value> {
+        lab.kube
+            .list("jobs.batch", Some(NS))
+            .into_iter()
+            .filter(|j| str_at(j, "/metadata/name").starts_with(&prefix))
+            .collect()
+    };
+    // A Job left by an earlier run on a kept lab would pass unseen.
+    for j in ours(lab) {
+        let name = format!("job/{}", str_at(&j, "/metadata/name"));
+        lab.kube
+            .run(&["delete", "-n", NS, "--wait=true", &name])
+            .map_err(|e| e.to_string())?;
+    }
+    lab.kube.apply(&docs).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let waited = wait("the remediation Job of a host in provisioning", 120, || {
+        !ours(lab).is_empty()
+    });
+    let state = get(lab, "baremetalhost", PROVISIONING_HOST)
+        .map(|h| str_at(&h, "/status/provisioning/state").to_string())
+        .unwrap_or_default();
+    waited.map_err(|e| {
         let ops: Vec<String> = lab
             .kube
             .list("operations.ops.crossplane.io", None)
@@ -481,8 +515,13 @@ fn operation(lab: &Lab) -> Outcome {
                 )
             })
             .collect();
-        format!("no remediation Job for host r730 in namespace metal; operations: {ops:?}")
+        format!("{e}; host {PROVISIONING_HOST} in {state:?}; operations: {ops:?}")
     })?;
+    println!(
+        "  Job for {PROVISIONING_HOST} ({state}) after {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    let ours = ours(lab);
     for j in &ours {
         let text = j.to_string();
         check(!text.contains("lab-only"), || {
@@ -507,9 +546,14 @@ fn operation(lab: &Lab) -> Outcome {
             !creds.is_empty()
                 && creds.iter().all(|e| {
                     e.get("value").is_none()
-                        && str_at(e, "/valueFrom/secretKeyRef/name") == "r730-bmc"
+                        && str_at(e, "/valueFrom/secretKeyRef/name")
+                            == format!("{PROVISIONING_HOST}-bmc")
                 }),
-            || format!("Job credentials are not secretKeyRefs to r730-bmc: {creds:?}"),
+            || {
+                format!(
+                    "Job credentials are not secretKeyRefs to {PROVISIONING_HOST}-bmc: {creds:?}"
+                )
+            },
         )?;
     }
     // The Jobs run the package the function was installed from.
@@ -532,13 +576,32 @@ fn operation(lab: &Lab) -> Outcome {
         })?;
     }
     println!(
-        "  Jobs for r730: {}",
+        "  Jobs: {}",
         ours.iter()
             .map(|j| str_at(j, "/metadata/name"))
             .collect::<Vec<_>>()
             .join(", ")
     );
-    Ok(())
+    // Gone from the inventory again: BMO deprovisions it and lets it go.
+    // Each of BMO's state changes is a rate-limited requeue whose delay
+    // doubles until a step asks for a delay of its own; the provisioning
+    // step does (5 s), so after one the deletion's four steps take
+    // milliseconds, where straight after registration they took minutes.
+    std::thread::sleep(Duration::from_secs(6));
+    lab.kube
+        .run(&[
+            "delete",
+            "-n",
+            NS,
+            "--wait=false",
+            &format!("baremetalhost/{PROVISIONING_HOST}"),
+            &format!("hardwaredata/{PROVISIONING_HOST}"),
+            &format!("secret/{PROVISIONING_HOST}-bmc"),
+        ])
+        .map_err(|e| e.to_string())?;
+    wait("the demo host deleted by BMO", 60, || {
+        get(lab, "baremetalhost", PROVISIONING_HOST).is_none()
+    })
 }
 
 /// Ironic's virtual media failure, as BMO reports it.
@@ -1459,7 +1522,7 @@ fn edits(lab: &Lab) -> Outcome {
     Ok(())
 }
 
-/// A claimed host that fails: BMO (test mode) cannot find the host's BMC
+/// A claimed host that fails: BMO (demo mode) cannot find the host's BMC
 /// secret, reports a registration error and retries. The XR says so in its
 /// phase and HostHealthy condition with BMO's words and count, one Warning
 /// event however many reconciles pass, and recovers when the host does.

@@ -1,5 +1,5 @@
 //! Simulated inventory: a BareMetalHost with its BMC Secret and
-//! HardwareData, inspection disabled (BMO's test mode has no agent), so
+//! HardwareData, inspection disabled (BMO's demo mode has no agent), so
 //! BMO makes it available at once. The BMC addresses are never dialled.
 
 use serde_json::{Value, json};

@@ -109,15 +109,20 @@ impl Controller {
 
     pub fn args(&self, cert_dir: &Path) -> Vec<String> {
         if self.name == "bmo" {
-            // BMO's fixture provisioner: no Ironic, simulated power. Its
-            // webhook server reads certificates from $TMPDIR.
+            // BMO's demo provisioner: no Ironic, and every host's state is
+            // its own (power follows spec.online, each step completes at
+            // once). Not `-test-mode`: its fixture keeps ONE power flag and
+            // ONE image for all hosts, so a host that should be on and one
+            // that should be off flip that flag back and forth, each flip a
+            // rate-limited requeue whose delay doubles (8 in a row logged on
+            // one host). At 17 it passes ten minutes, and a deprovisioning
+            // host has nothing else to wake it: most likely what held one CI
+            // teardown past its wait.
             return vec![
-                "-test-mode".into(),
+                "-demo-mode".into(),
                 // The lab inventory's namespace only. Hosts elsewhere stand
                 // for another site's BMO: the operation scenario writes their
-                // status itself, because the test-mode provisioner keeps one
-                // image state for all hosts (a second host provisions in
-                // milliseconds), so two hosts never sit in a state together.
+                // status itself, so they can sit in any state it needs.
                 format!("-namespace={}", crate::lab::INVENTORY_NAMESPACE),
                 format!("-webhook-port={}", self.port),
                 format!("-health-addr=127.0.0.1:{}", self.health_port()),

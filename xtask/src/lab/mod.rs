@@ -1,7 +1,7 @@
 //! `cargo xtask lab`: a real management cluster on one machine, as
 //! processes inside a private network namespace: etcd, kube-apiserver,
 //! kube-controller-manager, Crossplane core, our function, Cluster API
-//! (core, KCP, CABPK), CAPM3, IPAM and BMO in test mode.
+//! (core, KCP, CABPK), CAPM3, IPAM and BMO in demo mode.
 
 pub mod build;
 pub mod charts;

@@ -682,7 +682,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     let f1 = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} s"));
     let _ = writeln!(
         md,
-        "Lab: the processes of `cargo xtask lab up` on this machine (BMO in test mode: provisioning is instant, the rest is the real controllers). Windows of {:.0} s; per MetalCluster = (window - baseline) / count.\n",
+        "Lab: the processes of `cargo xtask lab up` on this machine (BMO in demo mode: provisioning is instant, the rest is the real controllers). Windows of {:.0} s; per MetalCluster = (window - baseline) / count.\n",
         opts.window.as_secs_f64()
     );
     let _ = writeln!(
