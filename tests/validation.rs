@@ -474,3 +474,23 @@ fn missing_driver_checksum_renders_with_one_warning() {
     );
     assert!(cmds.contains("--silent"));
 }
+
+/// The spec is read into the API's types; problems of shape (wrong types,
+/// missing fields) anywhere in it are reported together, by path.
+#[test]
+fn shape_problems_are_reported_at_once() {
+    let mut xr = example_xr();
+    set_path(&mut xr, "spec.network.prefix", json!("24"));
+    set_path(&mut xr, "spec.host.pool", Value::Null);
+    set_path(&mut xr, "spec.kubernetes.imageDiskFormat", json!("iso"));
+    set_path(&mut xr, "spec.access.sshAuthorizedKeys", json!(["ok", 7]));
+    let msg = fatal(&compose(&request(&xr, &BTreeMap::new(), Some(&[])))).expect("refused");
+    for p in [
+        "spec.network.prefix \"24\": must be an integer",
+        "spec.host.pool: is required",
+        "spec.kubernetes.imageDiskFormat \"iso\": must be one of raw, qcow2, vdi, vmdk, live-iso",
+        "spec.access.sshAuthorizedKeys[1] 7: must be a string",
+    ] {
+        assert!(msg.contains(p), "missing {p} in {msg}");
+    }
+}

@@ -1,8 +1,9 @@
 //! The MetalCluster API as Rust types: the one source of truth for the
 //! XRD's schema (`cargo xtask generate` renders it with schemars, a test
 //! fails when the checked-in XRD drifts). The API server validates every
-//! XR against that schema before the function sees it; the semantic rules
-//! (overlaps, ranges, shell safety) live in `spec` and `validate`.
+//! XR against that schema before the function sees it; the function reads
+//! the spec into these same types (`decode`), and the semantic rules
+//! (overlaps, ranges, shell safety) run on them (`spec`, `validate`).
 
 use std::collections::BTreeMap;
 
@@ -10,23 +11,37 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Defaults applied when a field is omitted: the XRD declares them (serde
+/// defaults below become the schema's), and the function applies the same
+/// ones to a spec the API server did not default.
+pub const DEFAULT_POD_CIDR: &str = "10.244.0.0/16";
+pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
+pub const DEFAULT_USERNAME: &str = "metal3";
+pub const DEFAULT_CILIUM_VERSION: &str = "1.18.4";
+/// Cilium's own chart repository; `spec.cni.chartRepository` overrides it.
+pub const DEFAULT_CHART_REPOSITORY: &str = "https://helm.cilium.io";
+pub const DEFAULT_NODE_POOL: &str = "gpu";
+/// kube-vip serves the control plane's virtual IP; air-gapped sites name
+/// their mirror in `spec.controlPlane.kubeVipImage`.
+pub const DEFAULT_KUBE_VIP_IMAGE: &str = "ghcr.io/kube-vip/kube-vip:v1.0.0";
+
 fn default_pod_cidr() -> String {
-    crate::spec::DEFAULT_POD_CIDR.into()
+    DEFAULT_POD_CIDR.into()
 }
 fn default_service_cidr() -> String {
-    crate::spec::DEFAULT_SERVICE_CIDR.into()
+    DEFAULT_SERVICE_CIDR.into()
 }
 fn default_cilium_version() -> String {
-    crate::spec::DEFAULT_CILIUM_VERSION.into()
+    DEFAULT_CILIUM_VERSION.into()
 }
 fn default_chart_repository() -> String {
-    crate::spec::DEFAULT_CHART_REPOSITORY.into()
+    DEFAULT_CHART_REPOSITORY.into()
 }
 fn default_username() -> String {
-    crate::spec::DEFAULT_USERNAME.into()
+    DEFAULT_USERNAME.into()
 }
 fn default_node_pool() -> String {
-    crate::inference::DEFAULT_NODE_POOL.into()
+    DEFAULT_NODE_POOL.into()
 }
 fn default_provider_config_name() -> String {
     "default".into()
@@ -62,7 +77,7 @@ fn one() -> i64 {
     1
 }
 fn default_kube_vip_image() -> String {
-    crate::topology::DEFAULT_KUBE_VIP_IMAGE.into()
+    DEFAULT_KUBE_VIP_IMAGE.into()
 }
 
 /// A control plane of several machines behind a virtual IP. Absent: one machine at network.nodeIP.
@@ -185,6 +200,30 @@ pub enum DiskFormat {
     Vdi,
     Vmdk,
     LiveIso,
+}
+
+impl ChecksumType {
+    /// As written in the spec (and in Metal3's `checksumType`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChecksumType::Md5 => "md5",
+            ChecksumType::Sha256 => "sha256",
+            ChecksumType::Sha512 => "sha512",
+        }
+    }
+}
+
+impl DiskFormat {
+    /// As written in the spec (and in Metal3's `format`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskFormat::Raw => "raw",
+            DiskFormat::Qcow2 => "qcow2",
+            DiskFormat::Vdi => "vdi",
+            DiskFormat::Vmdk => "vmdk",
+            DiskFormat::LiveIso => "live-iso",
+        }
+    }
 }
 
 /// The Kubernetes release and the OS image that carries it.
@@ -316,6 +355,15 @@ pub enum ProviderConfigKind {
     #[default]
     ClusterProviderConfig,
     ProviderConfig,
+}
+
+impl ProviderConfigKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderConfigKind::ClusterProviderConfig => "ClusterProviderConfig",
+            ProviderConfigKind::ProviderConfig => "ProviderConfig",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]

@@ -1,18 +1,20 @@
 //! `spec.inference` and `spec.network.loadBalancer`: joining the Modelplane
 //! fleet. Parsing and the cross-field rules that need the whole spec.
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
 use serde_json::{Value, json};
 
-use crate::reader::Reader;
+use crate::api;
+pub use crate::api::DEFAULT_NODE_POOL;
+use crate::decode::Problems;
 use crate::validate;
 
 /// Modelplane reads adopted clusters' kubeconfigs from this namespace only.
 pub const MODELPLANE_NAMESPACE: &str = "modelplane-system";
 pub const POOL_LABEL: &str = "modelplane.ai/pool";
-pub const DEFAULT_NODE_POOL: &str = "gpu";
 pub const NVIDIA_DRIVER: &str = "gpu.nvidia.com";
 
 /// Addresses Cilium LB IPAM hands to LoadBalancer Services.
@@ -70,10 +72,9 @@ pub struct Inference {
     pub secret_name: String,
 }
 
-pub fn parse_load_balancer(r: &mut Reader, xr: &Value) -> Option<LoadBalancer> {
+pub fn parse_load_balancer(p: &mut Problems, raw: Option<&str>) -> Option<LoadBalancer> {
     let path = "spec.network.loadBalancer";
-    let raw = r.opt_str(xr, path)?;
-    let v = Value::String(raw.clone());
+    let raw = raw?;
     let parsed = if let Some((a, b)) = raw.split_once('-') {
         match (validate::ipv4(a.trim()), validate::ipv4(b.trim())) {
             (Ok(start), Ok(stop)) if start <= stop => Ok(LoadBalancer::Range { start, stop }),
@@ -86,30 +87,22 @@ pub fn parse_load_balancer(r: &mut Reader, xr: &Value) -> Option<LoadBalancer> {
             ),
         }
     } else if raw.contains('/') {
-        validate::ipv4_cidr(&raw).map(LoadBalancer::Cidr)
+        validate::ipv4_cidr(raw).map(LoadBalancer::Cidr)
     } else {
         Err(
             "must be an IPv4 range FIRST-LAST or a CIDR (e.g. 192.168.120.200-192.168.120.220)"
                 .to_string(),
         )
     };
-    match parsed {
-        Ok(lb) => Some(lb),
-        Err(reason) => {
-            r.fail(path, Some(&v), reason);
-            None
-        }
-    }
+    p.check(path, raw, parsed)
 }
 
-fn check_device(r: &mut Reader, path: &str, d: &Value) {
-    let Value::Object(m) = d else {
-        r.fail(path, Some(d), "must be an object");
-        return;
-    };
+/// One of `spec.inference.devices`: kept as given (Modelplane's shape),
+/// checked for what Modelplane needs of it.
+fn check_device(p: &mut Problems, path: &str, m: &BTreeMap<String, Value>) {
     let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
     if name.is_empty() || name.len() > 63 {
-        r.fail(
+        p.fail(
             &format!("{path}.name"),
             m.get("name"),
             "is required: at most 63 characters",
@@ -117,7 +110,7 @@ fn check_device(r: &mut Reader, path: &str, d: &Value) {
     }
     let driver = m.get("driver").and_then(Value::as_str).unwrap_or_default();
     if driver.is_empty() || driver.len() > 253 {
-        r.fail(
+        p.fail(
             &format!("{path}.driver"),
             m.get("driver"),
             "is required: a DRA driver name such as gpu.nvidia.com",
@@ -125,7 +118,7 @@ fn check_device(r: &mut Reader, path: &str, d: &Value) {
     }
     let claim = m.get("claim").and_then(Value::as_str).unwrap_or("DRA");
     if !["DRA", "Synthetic"].contains(&claim) {
-        r.fail(
+        p.fail(
             &format!("{path}.claim"),
             m.get("claim"),
             "must be DRA or Synthetic",
@@ -136,7 +129,7 @@ fn check_device(r: &mut Reader, path: &str, d: &Value) {
             .and_then(Value::as_str)
             .is_none_or(str::is_empty)
     {
-        r.fail(
+        p.fail(
             &format!("{path}.deviceClassName"),
             None,
             "is required when claim is DRA",
@@ -145,7 +138,7 @@ fn check_device(r: &mut Reader, path: &str, d: &Value) {
     if let Some(c) = m.get("count")
         && !c.as_i64().is_some_and(|c| (1..=64).contains(&c))
     {
-        r.fail(
+        p.fail(
             &format!("{path}.count"),
             Some(c),
             "must be between 1 and 64",
@@ -157,123 +150,109 @@ fn check_device(r: &mut Reader, path: &str, d: &Value) {
 /// (default `gpu`), whether or not the cluster is in the fleet. The label
 /// is on every node from its first boot, so joining or leaving the fleet
 /// never changes the machine (which a single node could not roll).
-pub fn node_pool(r: &mut Reader, xr: &Value, parsed: Option<&Inference>) -> String {
-    match parsed {
-        Some(inf) => inf.node_pool.clone(),
-        None => read_node_pool(r, xr),
+pub fn node_pool(
+    p: &mut Problems,
+    spec: Option<&api::InferenceSpec>,
+    parsed: Option<&Inference>,
+) -> String {
+    match (parsed, spec) {
+        (Some(inf), _) => inf.node_pool.clone(),
+        (None, Some(s)) => read_node_pool(p, &s.node_pool),
+        (None, None) => DEFAULT_NODE_POOL.into(),
     }
 }
 
-/// `spec.inference.nodePool`, validated, or the default.
-fn read_node_pool(r: &mut Reader, xr: &Value) -> String {
-    let pool = r
-        .opt_str(xr, "spec.inference.nodePool")
-        .unwrap_or_else(|| DEFAULT_NODE_POOL.into());
-    if validate::dns_label(&pool).is_err() || pool.len() > 40 {
-        r.fail(
+/// `spec.inference.nodePool`, validated.
+fn read_node_pool(p: &mut Problems, pool: &str) -> String {
+    if validate::dns_label(pool).is_err() || pool.len() > 40 {
+        p.fail(
             "spec.inference.nodePool",
-            Some(&Value::String(pool.clone())),
+            Some(&Value::String(pool.to_string())),
             "must be a DNS label of at most 40 characters (Modelplane node pool name)",
         );
     }
-    pool
+    pool.to_string()
 }
 
 /// Parses `spec.inference`. None when absent or `enabled: false`.
 pub fn parse(
-    r: &mut Reader,
-    xr: &Value,
-    xr_name: Option<&str>,
+    p: &mut Problems,
+    spec: Option<&api::InferenceSpec>,
+    name: &str,
     namespace: &str,
 ) -> Option<Inference> {
-    r.lookup(xr, "spec.inference")?;
-    let enabled = match r.lookup(xr, "spec.inference.enabled") {
-        None => true,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            r.fail(
-                "spec.inference.enabled",
-                Some(other),
-                "must be true or false",
-            );
-            false
-        }
-    };
-    if !enabled {
-        return None;
-    }
-    let name = xr_name.unwrap_or_default();
-
-    let node_pool = read_node_pool(r, xr);
+    let s = spec.filter(|s| s.enabled)?;
+    let node_pool = read_node_pool(p, &s.node_pool);
     let subdomain = |s: &str| {
         !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| validate::dns_label(l).is_ok())
     };
 
-    let class_name = r
-        .opt_str(xr, "spec.inference.className")
+    let class_name = s
+        .class_name
+        .clone()
         .unwrap_or_else(|| format!("{namespace}-{name}-{node_pool}"));
     if !subdomain(&class_name) {
-        r.fail(
+        p.fail(
             "spec.inference.className",
             Some(&Value::String(class_name.clone())),
             "must be a DNS subdomain (an InferenceClass name)",
         );
     }
-    let cluster_name = r
-        .opt_str(xr, "spec.inference.clusterName")
+    let cluster_name = s
+        .cluster_name
+        .clone()
         .unwrap_or_else(|| format!("{namespace}-{name}"));
     if validate::dns_label(&cluster_name).is_err() {
-        r.fail(
+        p.fail(
             "spec.inference.clusterName",
             Some(&Value::String(cluster_name.clone())),
             "must be a DNS label of at most 63 characters (an InferenceCluster name, cluster-scoped: unique across namespaces)",
         );
     }
-    let description = r
-        .opt_str(xr, "spec.inference.description")
-        .unwrap_or_default();
-    let devices: Vec<Value> = match r.lookup(xr, "spec.inference.devices") {
+    let description = s.description.clone().unwrap_or_default();
+    let devices: Vec<Value> = match &s.devices {
         None => Vec::new(),
-        Some(Value::Array(list)) if !list.is_empty() && list.len() <= 16 => {
+        Some(list) if !list.is_empty() && list.len() <= 16 => {
             for (i, d) in list.iter().enumerate() {
-                check_device(r, &format!("spec.inference.devices[{i}]"), d);
+                check_device(p, &format!("spec.inference.devices[{i}]"), d);
             }
-            list.clone()
+            list.iter()
+                .map(|d| Value::Object(d.clone().into_iter().collect()))
+                .collect()
         }
-        Some(other) => {
-            r.fail(
+        Some(list) => {
+            p.fail(
                 "spec.inference.devices",
-                Some(other),
+                Some(&Value::Array(
+                    list.iter()
+                        .map(|d| Value::Object(d.clone().into_iter().collect()))
+                        .collect(),
+                )),
                 "must be a list of 1 to 16 devices",
             );
             Vec::new()
         }
     };
-    let cache = r.opt_str(xr, "spec.inference.existing.cache.storageClassName");
+    let cache = s
+        .existing
+        .as_ref()
+        .and_then(|e| e.cache.as_ref())
+        .and_then(|c| c.storage_class_name.clone());
     if let Some(c) = &cache
         && !subdomain(c)
     {
-        r.fail(
+        p.fail(
             "spec.inference.existing.cache.storageClassName",
             Some(&Value::String(c.clone())),
             "must be a StorageClass name",
         );
     }
-    let pc_kind = r
-        .opt_str(xr, "spec.inference.providerConfigRef.kind")
-        .unwrap_or_else(|| "ClusterProviderConfig".into());
-    if !["ClusterProviderConfig", "ProviderConfig"].contains(&pc_kind.as_str()) {
-        r.fail(
-            "spec.inference.providerConfigRef.kind",
-            Some(&Value::String(pc_kind.clone())),
-            "must be ClusterProviderConfig or ProviderConfig",
-        );
-    }
-    let pc_name = r
-        .opt_str(xr, "spec.inference.providerConfigRef.name")
-        .unwrap_or_else(|| "default".into());
+    let (pc_kind, pc_name) = match &s.provider_config_ref {
+        Some(r) => (r.kind, r.name.clone()),
+        None => (api::ProviderConfigKind::default(), "default".to_string()),
+    };
     if !subdomain(&pc_name) {
-        r.fail(
+        p.fail(
             "spec.inference.providerConfigRef.name",
             Some(&Value::String(pc_name.clone())),
             "must be a ProviderConfig name",
@@ -288,7 +267,7 @@ pub fn parse(
         cluster_name,
         cache_storage_class: cache,
         provider_config: ProviderConfigRef {
-            kind: pc_kind,
+            kind: pc_kind.as_str().to_string(),
             name: pc_name,
         },
     })

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod builders;
 pub mod compose;
+pub mod decode;
 pub mod fields;
 pub mod function;
 pub mod hosts;
@@ -13,7 +14,6 @@ pub mod machine;
 pub mod names;
 pub mod network;
 pub mod operate;
-pub mod reader;
 pub mod render;
 pub mod spec;
 pub mod status;

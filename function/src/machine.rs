@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::reader::Reader;
+use crate::api;
+use crate::decode::Problems;
 use crate::validate;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -23,28 +24,31 @@ pub struct Gpu {
 
 /// Node labels at `path`: keys the kubelet may set, label values, and a
 /// node-labels argument kubeadm accepts.
-pub fn parse_node_labels(r: &mut Reader, xr: &Value, path: &str) -> BTreeMap<String, String> {
-    let node_labels = r.opt_str_map(xr, path);
-    for (k, v) in &node_labels {
+pub fn parse_node_labels(
+    p: &mut Problems,
+    labels: &BTreeMap<String, String>,
+    path: &str,
+) -> BTreeMap<String, String> {
+    for (k, v) in labels {
         let item = format!("{path}[{}]", Value::String(k.clone()));
         if let Err(reason) = validate::node_label_key(k) {
-            r.fail(
+            p.fail(
                 &item,
                 Some(&Value::String(k.clone())),
                 format!("key {reason}"),
             );
         }
         if let Err(reason) = validate::label_value(v) {
-            r.fail(
+            p.fail(
                 &item,
                 Some(&Value::String(v.clone())),
                 format!("value {reason}"),
             );
         }
     }
-    let arg = crate::kubelet::node_labels_arg(&node_labels);
+    let arg = crate::kubelet::node_labels_arg(labels);
     if arg.len() > crate::kubelet::MAX_ARG_VALUE {
-        r.fail(
+        p.fail(
             path,
             None,
             format!(
@@ -54,38 +58,36 @@ pub fn parse_node_labels(r: &mut Reader, xr: &Value, path: &str) -> BTreeMap<Str
             ),
         );
     }
-    node_labels
+    labels.clone()
 }
 
-/// A GPU section at `base` (`spec.gpu` or a worker pool's).
-pub fn parse_gpu_at(r: &mut Reader, xr: &Value, base: &str) -> Option<Option<Gpu>> {
-    r.lookup(xr, base)?;
+/// A GPU section at `base` (`spec.gpu` or a worker pool's): Some(None)
+/// when absent, None when invalid (the problems recorded).
+pub fn parse_gpu(p: &mut Problems, gpu: Option<&api::GpuSpec>, base: &str) -> Option<Option<Gpu>> {
+    let Some(g) = gpu else {
+        return Some(None);
+    };
     let at = |f: &str| format!("{base}.{f}");
-    let url = r.req_str(xr, &at("driverInstallerURL")).and_then(|u| {
-        let res = validate::http_url(&u);
-        r.check(&at("driverInstallerURL"), &u, res.map(|_| u.clone()))
+    let url = p
+        .non_empty(&at("driverInstallerURL"), &g.driver_installer_url)
+        .and_then(|u| p.valid(&at("driverInstallerURL"), u, validate::http_url));
+    let checksum = g.driver_installer_checksum.as_ref().and_then(|c| {
+        let res = validate::sha256_hex(c).map(|_| c.to_ascii_lowercase());
+        p.check(&at("driverInstallerChecksum"), c, res)
     });
-    let checksum = r.opt_str(xr, &at("driverInstallerChecksum")).and_then(|c| {
-        let res = validate::sha256_hex(&c);
-        r.check(
-            &at("driverInstallerChecksum"),
-            &c,
-            res.map(|_| c.to_ascii_lowercase()),
-        )
-    });
-    let model = r.opt_str(xr, &at("model")).and_then(|m| {
+    let model = g.model.as_ref().and_then(|m| {
         let ok = !m.trim().is_empty() && m.len() <= 253 && !m.contains(['\n', '\r']);
         let res = if ok {
             Ok(m.clone())
         } else {
             Err("must be a product name of at most 253 characters".to_string())
         };
-        r.check(&at("model"), &m, res)
+        p.check(&at("model"), m, res)
     });
-    let count = match r.opt_int(xr, &at("count")) {
+    let count = match g.count {
         Some(c) if (1..=64).contains(&c) => Some(c as u32),
         Some(c) => {
-            r.fail(
+            p.fail(
                 &at("count"),
                 Some(&Value::from(c)),
                 "must be between 1 and 64",
@@ -94,15 +96,17 @@ pub fn parse_gpu_at(r: &mut Reader, xr: &Value, base: &str) -> Option<Option<Gpu
         }
         None => None,
     };
-    let memory = r.opt_str(xr, &at("memory")).and_then(|m| {
-        let res = validate::quantity(&m).map(|_| m.clone());
-        r.check(&at("memory"), &m, res)
+    let memory = g.memory.as_ref().and_then(|m| {
+        let res = validate::quantity(m).map(|_| m.clone());
+        p.check(&at("memory"), m, res)
     });
-    Some(url.map(|driver_installer_url| Gpu {
-        driver_installer_url,
-        driver_installer_checksum: checksum,
-        model,
-        count,
-        memory,
-    }))
+    url.map(|driver_installer_url| {
+        Some(Gpu {
+            driver_installer_url,
+            driver_installer_checksum: checksum,
+            model,
+            count,
+            memory,
+        })
+    })
 }

@@ -6,12 +6,10 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use serde_json::Value;
 
-use crate::reader::{FieldError, Reader, show};
+use crate::api;
+pub use crate::api::{DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR};
+use crate::decode::{FieldError, Problems, show};
 use crate::validate;
-
-/// Defaults of the optional networks (the XRD declares the same).
-pub const DEFAULT_POD_CIDR: &str = "10.244.0.0/16";
-pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 
 /// An inclusive range of IPv4 addresses, written FIRST-LAST.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,16 +86,15 @@ impl Network {
     }
 }
 
-fn parse_ipv4(r: &mut Reader, xr: &Value, path: &str) -> Option<Ipv4Addr> {
-    let raw = r.req_str(xr, path)?;
-    let res = validate::ipv4(&raw);
-    r.check(path, &raw, res)
+fn parse_ipv4(p: &mut Problems, path: &str, raw: &str) -> Option<Ipv4Addr> {
+    let raw = p.non_empty(path, raw)?;
+    let res = validate::ipv4(raw);
+    p.check(path, raw, res)
 }
 
-fn parse_cidr(r: &mut Reader, xr: &Value, path: &str, default: &str) -> Option<Ipv4Net> {
-    let raw = r.opt_str(xr, path).unwrap_or_else(|| default.to_string());
-    let res = validate::ipv4_cidr(&raw);
-    r.check(path, &raw, res)
+fn parse_cidr(p: &mut Problems, path: &str, raw: &str) -> Option<Ipv4Net> {
+    let res = validate::ipv4_cidr(raw);
+    p.check(path, raw, res)
 }
 
 /// The subnet of `a` with `prefix` (validated to 1..=32).
@@ -107,45 +104,42 @@ fn subnet_of(a: Ipv4Addr, prefix: u8) -> Ipv4Net {
         .unwrap_or_else(|_| Ipv4Net::from(a))
 }
 
-pub fn parse(r: &mut Reader, xr: &Value) -> Option<Network> {
+/// Reads `spec.network`; `fleet` when `spec.controlPlane` is given.
+pub fn parse(p: &mut Problems, n: &api::NetworkSpec, fleet: bool) -> Option<Network> {
     // With spec.controlPlane the nodes take addresses from ranges; nodeIP
     // belongs to the single-node form only.
-    let fleet = r.lookup(xr, "spec.controlPlane").is_some();
-    let node_ip = match (fleet, r.lookup(xr, "spec.network.nodeIP").cloned()) {
-        (false, _) => Some(parse_ipv4(r, xr, "spec.network.nodeIP")),
+    let node_ip = match (fleet, &n.node_ip) {
+        (false, None) => {
+            p.fail("spec.network.nodeIP", None, "is required");
+            Some(None)
+        }
+        (false, Some(ip)) => Some(parse_ipv4(p, "spec.network.nodeIP", ip)),
         (true, None) => None,
-        (true, Some(v)) => {
-            r.fail(
+        (true, Some(ip)) => {
+            p.fail(
                 "spec.network.nodeIP",
-                Some(&v),
+                Some(&Value::String(ip.clone())),
                 "is for a single node: with spec.controlPlane the nodes take spec.controlPlane.addresses",
             );
             Some(None)
         }
     };
-    let prefix = match r.opt_int(xr, "spec.network.prefix") {
-        None => {
-            if r.lookup(xr, "spec.network.prefix").is_none() {
-                r.fail("spec.network.prefix", None, "is required");
-            }
-            None
-        }
-        Some(p) if (1..=32).contains(&p) => Some(p as u8),
-        Some(p) => {
-            r.fail(
-                "spec.network.prefix",
-                Some(&Value::from(p)),
-                "must be between 1 and 32",
-            );
-            None
-        }
+    let prefix = if (1..=32).contains(&n.prefix) {
+        Some(n.prefix as u8)
+    } else {
+        p.fail(
+            "spec.network.prefix",
+            Some(&Value::from(n.prefix)),
+            "must be between 1 and 32",
+        );
+        None
     };
-    let gateway = parse_ipv4(r, xr, "spec.network.gateway");
-    let dns_server = parse_ipv4(r, xr, "spec.network.dnsServer");
-    let pod_cidr = parse_cidr(r, xr, "spec.network.podCIDR", DEFAULT_POD_CIDR);
-    let service_cidr = parse_cidr(r, xr, "spec.network.serviceCIDR", DEFAULT_SERVICE_CIDR);
+    let gateway = parse_ipv4(p, "spec.network.gateway", &n.gateway);
+    let dns_server = parse_ipv4(p, "spec.network.dnsServer", &n.dns_server);
+    let pod_cidr = parse_cidr(p, "spec.network.podCIDR", &n.pod_cidr);
+    let service_cidr = parse_cidr(p, "spec.network.serviceCIDR", &n.service_cidr);
 
-    let load_balancer = crate::inference::parse_load_balancer(r, xr);
+    let load_balancer = crate::inference::parse_load_balancer(p, n.load_balancer.as_deref());
     let node_ip = match node_ip {
         Some(n) => Some(n?),
         None => None,
@@ -162,9 +156,7 @@ pub fn parse(r: &mut Reader, xr: &Value) -> Option<Network> {
         pod_cidr: pod_cidr?,
         service_cidr: service_cidr?,
     };
-    for e in check(&network) {
-        r.errors.push(e);
-    }
+    p.errors.extend(check(&network));
     Some(network)
 }
 

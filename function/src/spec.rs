@@ -1,17 +1,22 @@
-//! The MetalCluster API: reading the XR into typed, validated values.
+//! The MetalCluster API: the XR read into typed, validated values.
 //!
-//! Parsing and validation happen in one pass so that every problem in the
-//! spec is reported at once, each naming its field path and the bad value.
-//! Nothing here panics on malformed input: a wrong type is just another
-//! [`FieldError`].
+//! `decode` reads the spec into the API's types (`api`), reporting every
+//! problem of shape; the semantic rules then run on those types, so that
+//! every problem in the spec is reported at once, each naming its field
+//! path and the bad value. Nothing here panics on malformed input.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-pub use crate::machine::{Gpu, parse_gpu_at, parse_node_labels};
-pub use crate::network::{DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, Network};
-pub use crate::reader::{FieldError, Reader, show};
+use crate::api;
+pub use crate::api::{
+    DEFAULT_CHART_REPOSITORY, DEFAULT_CILIUM_VERSION, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR,
+    DEFAULT_USERNAME,
+};
+pub use crate::decode::{FieldError, Problems, show};
+pub use crate::machine::{Gpu, parse_gpu, parse_node_labels};
+pub use crate::network::Network;
 pub use crate::topology::{ControlPlane, Worker};
 use crate::validate;
 
@@ -20,12 +25,8 @@ pub const API_VERSION: &str = "metal.kube.farm/v1alpha1";
 pub const KIND: &str = "MetalCluster";
 
 /// Defaults applied when a field is omitted (the XRD declares the same).
-pub const DEFAULT_USERNAME: &str = "metal3";
 pub const DEFAULT_CHECKSUM_TYPE: &str = "sha256";
 pub const DEFAULT_DISK_FORMAT: &str = "qcow2";
-pub const DEFAULT_CILIUM_VERSION: &str = "1.18.4";
-/// Cilium's own chart repository; `spec.cni.chartRepository` overrides it.
-pub const DEFAULT_CHART_REPOSITORY: &str = "https://helm.cilium.io";
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// A validated MetalCluster.
@@ -83,126 +84,58 @@ pub struct Access {
     pub ssh_authorized_keys: Vec<String>,
 }
 
+/// The XR's name and namespace: read by hand, they are Kubernetes'
+/// metadata, not the API's spec.
+fn metadata(p: &mut Problems, xr: &Value) -> (Option<String>, String) {
+    let namespace = match xr.pointer("/metadata/namespace") {
+        Some(Value::String(ns)) => ns.clone(),
+        _ => DEFAULT_NAMESPACE.to_string(),
+    };
+    let name = match xr.pointer("/metadata/name") {
+        None | Some(Value::Null) => {
+            p.fail("metadata.name", None, "is required");
+            None
+        }
+        Some(Value::String(n)) => p
+            .non_empty("metadata.name", n)
+            .and_then(|n| p.valid("metadata.name", n, validate::xr_name)),
+        Some(other) => {
+            p.fail("metadata.name", Some(other), "must be a string");
+            None
+        }
+    };
+    (name, namespace)
+}
+
 /// Parses and validates a MetalCluster XR. Returns every problem found.
 pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
-    let mut r = Reader::default();
-
-    let name = r.req_str(xr, "metadata.name");
-    let namespace = r
-        .opt_str(xr, "metadata.namespace")
-        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-    if let Some(n) = &name {
-        let value = Value::String(n.clone());
-        if let Err(reason) = validate::xr_name(n) {
-            r.fail("metadata.name", Some(&value), reason);
+    let mut p = Problems::default();
+    let (name, namespace) = metadata(&mut p, xr);
+    let spec = match crate::decode::spec(xr) {
+        Ok(spec) => spec,
+        Err(shape) => {
+            p.errors.extend(shape);
+            return Err(p.errors);
         }
-    }
-    if r.lookup(xr, "spec").is_none() {
-        r.fail("spec", None, "is required");
-    }
-
-    // host
-    let pool = r.req_str(xr, "spec.host.pool");
-    let pool = pool.and_then(|p| {
-        let res = validate::label_value(&p);
-        r.check("spec.host.pool", &p, res.map(|_| p.clone()))
-    });
-    let boot_interface = r.req_str(xr, "spec.host.bootInterface").and_then(|b| {
-        let res = validate::interface_name(&b);
-        r.check("spec.host.bootInterface", &b, res.map(|_| b.clone()))
-    });
-
-    let network = crate::network::parse(&mut r, xr);
-    let fleet = r.lookup(xr, "spec.controlPlane").is_some();
-    let control_plane = crate::topology::parse_control_plane(&mut r, xr, network.as_ref());
-    let workers = crate::topology::parse_workers(&mut r, xr, boot_interface.as_deref());
-    if let Some(n) = &network {
-        let found = crate::topology::check(n, control_plane.as_ref(), &workers, fleet);
-        r.errors.extend(found);
-    }
-    if let Some(n) = &name
-        && let Err(reason) = crate::topology::derived_names(n, &workers)
-    {
-        r.fail("spec.workers", None, reason);
-    }
-    let kubernetes = parse_kubernetes(&mut r, xr);
-
-    let cilium_version = r.defaulted(
-        xr,
-        "spec.cni.ciliumVersion",
-        DEFAULT_CILIUM_VERSION,
-        validate::chart_version,
-    );
-    let chart_repository = r.defaulted(
-        xr,
-        "spec.cni.chartRepository",
-        DEFAULT_CHART_REPOSITORY,
-        validate::chart_repository,
-    );
-
-    let gpu = parse_gpu(&mut r, xr);
-    let access = parse_access(&mut r, xr);
-    let inference = crate::inference::parse(&mut r, xr, name.as_deref(), &namespace);
-    let node_pool = crate::inference::node_pool(&mut r, xr, inference.as_ref());
-
-    if !r.errors.is_empty() {
-        return Err(r.errors);
-    }
-    // Every Option below is Some when no error was recorded; the match keeps
-    // that invariant explicit instead of unwrapping.
-    match (
-        name,
-        pool,
-        boot_interface,
-        network,
-        kubernetes,
-        cilium_version,
-        chart_repository,
-        control_plane,
-    ) {
-        (
-            Some(name),
-            Some(pool),
-            Some(boot_interface),
-            Some(network),
-            Some(kubernetes),
-            Some(cv),
-            Some(repo),
-            Some(control_plane),
-        ) => {
+    };
+    let mc = check(&mut p, &spec, name.as_deref(), &namespace);
+    match (name, mc) {
+        (Some(name), Some(spec)) if p.errors.is_empty() => {
             let mc = MetalCluster {
                 name,
                 namespace,
-                spec: Spec {
-                    host: Host {
-                        pool,
-                        boot_interface,
-                    },
-                    network,
-                    kubernetes,
-                    cni: Cni {
-                        cilium_version: cv,
-                        chart_repository: repo,
-                    },
-                    gpu: gpu.flatten(),
-                    access: access.flatten(),
-                    inference,
-                    node_pool,
-                    control_plane,
-                    fleet,
-                    workers,
-                },
+                spec,
             };
             // Rules across sections need the whole, otherwise valid spec.
             let mut errors = check_inference(&mc);
             errors.extend(check_pool_label(&mc));
-
             if errors.is_empty() {
                 Ok(mc)
             } else {
                 Err(errors)
             }
         }
+        _ if !p.errors.is_empty() => Err(p.errors),
         _ => Err(vec![FieldError {
             path: "spec".into(),
             value: None,
@@ -211,53 +144,103 @@ pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     }
 }
 
-fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
-    let version = r.req_str(xr, "spec.kubernetes.version").and_then(|v| {
-        let res = validate::kubernetes_version(&v);
-        r.check("spec.kubernetes.version", &v, res.map(|_| v.clone()))
+/// The semantic rules on the typed spec; None when any section is invalid
+/// (its problems are recorded).
+fn check(
+    p: &mut Problems,
+    spec: &api::MetalClusterSpec,
+    name: Option<&str>,
+    namespace: &str,
+) -> Option<Spec> {
+    let pool = p
+        .non_empty("spec.host.pool", &spec.host.pool)
+        .and_then(|v| p.valid("spec.host.pool", v, validate::label_value));
+    let boot_interface = p
+        .non_empty("spec.host.bootInterface", &spec.host.boot_interface)
+        .and_then(|v| p.valid("spec.host.bootInterface", v, validate::interface_name));
+
+    let fleet = spec.control_plane.is_some();
+    let network = crate::network::parse(p, &spec.network, fleet);
+    let control_plane =
+        crate::topology::parse_control_plane(p, spec.control_plane.as_ref(), network.as_ref());
+    let workers = crate::topology::parse_workers(p, &spec.workers, boot_interface.as_deref());
+    if let Some(n) = &network {
+        let found = crate::topology::check(n, control_plane.as_ref(), &workers, fleet);
+        p.errors.extend(found);
+    }
+    if let Some(n) = name
+        && let Err(reason) = crate::topology::derived_names(n, &workers)
+    {
+        p.fail("spec.workers", None, reason);
+    }
+    let kubernetes = parse_kubernetes(p, &spec.kubernetes);
+
+    let cni = spec.cni.clone().unwrap_or(api::CniSpec {
+        cilium_version: DEFAULT_CILIUM_VERSION.into(),
+        chart_repository: DEFAULT_CHART_REPOSITORY.into(),
     });
+    let cilium_version = p.valid(
+        "spec.cni.ciliumVersion",
+        &cni.cilium_version,
+        validate::chart_version,
+    );
+    let chart_repository = p.valid(
+        "spec.cni.chartRepository",
+        &cni.chart_repository,
+        validate::chart_repository,
+    );
 
-    let node_labels = parse_node_labels(r, xr, "spec.kubernetes.nodeLabels");
+    let gpu = parse_gpu(p, spec.gpu.as_ref(), "spec.gpu");
+    let access = parse_access(p, spec.access.as_ref());
+    let inference = crate::inference::parse(
+        p,
+        spec.inference.as_ref(),
+        name.unwrap_or_default(),
+        namespace,
+    );
+    let node_pool = crate::inference::node_pool(p, spec.inference.as_ref(), inference.as_ref());
 
-    let image_url = r.req_str(xr, "spec.kubernetes.imageURL").and_then(|u| {
-        let res = validate::image_url(&u);
-        r.check("spec.kubernetes.imageURL", &u, res.map(|_| u.clone()))
-    });
+    Some(Spec {
+        host: Host {
+            pool: pool?,
+            boot_interface: boot_interface?,
+        },
+        network: network?,
+        kubernetes: kubernetes?,
+        cni: Cni {
+            cilium_version: cilium_version?,
+            chart_repository: chart_repository?,
+        },
+        gpu: gpu?,
+        access: access?,
+        inference,
+        node_pool,
+        control_plane: control_plane?,
+        fleet,
+        workers,
+    })
+}
 
-    let checksum_type = r
-        .opt_str(xr, "spec.kubernetes.imageChecksumType")
-        .unwrap_or_else(|| DEFAULT_CHECKSUM_TYPE.to_string());
-    let checksum_type = {
-        let res = validate::one_of(&checksum_type, &["md5", "sha256", "sha512"]);
-        r.check(
-            "spec.kubernetes.imageChecksumType",
-            &checksum_type,
-            res.map(|_| checksum_type.clone()),
-        )
-    };
-
-    let disk_format = r
-        .opt_str(xr, "spec.kubernetes.imageDiskFormat")
-        .unwrap_or_else(|| DEFAULT_DISK_FORMAT.to_string());
-    let disk_format = {
-        let res = validate::one_of(&disk_format, &["raw", "qcow2", "vdi", "vmdk", "live-iso"]);
-        r.check(
-            "spec.kubernetes.imageDiskFormat",
-            &disk_format,
-            res.map(|_| disk_format.clone()),
-        )
-    };
+fn parse_kubernetes(p: &mut Problems, k: &api::KubernetesSpec) -> Option<Kubernetes> {
+    let version = p
+        .non_empty("spec.kubernetes.version", &k.version)
+        .and_then(|v| p.valid("spec.kubernetes.version", v, validate::kubernetes_version));
+    let node_labels = parse_node_labels(p, &k.node_labels, "spec.kubernetes.nodeLabels");
+    let image_url = p
+        .non_empty("spec.kubernetes.imageURL", &k.image_url)
+        .and_then(|u| p.valid("spec.kubernetes.imageURL", u, validate::image_url));
+    let checksum_type = k.image_checksum_type.as_str();
+    let disk_format = k.image_disk_format.as_str();
 
     // CAPM3's webhook requires a checksum unless the image is a live ISO or
     // an OCI artifact; refuse early rather than at provisioning time.
-    let checksum = r.opt_str(xr, "spec.kubernetes.imageChecksum");
-    let checksum_optional = disk_format.as_deref() == Some("live-iso")
+    let checksum_optional = disk_format == "live-iso"
         || image_url
             .as_deref()
             .is_some_and(|u| u.starts_with("oci://"));
-    let checksum = match checksum {
+    let checksum = match &k.image_checksum {
         None if !checksum_optional => {
-            r.fail(
+            p.fail(
                 "spec.kubernetes.imageChecksum",
                 None,
                 "is required unless imageDiskFormat is live-iso or imageURL is oci://",
@@ -266,11 +249,9 @@ fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
         }
         None => None,
         Some(c) => {
-            if let Some(t) = &checksum_type {
-                let res = validate::image_checksum(&c, t);
-                r.check("spec.kubernetes.imageChecksum", &c, res);
-            }
-            Some(c)
+            let res = validate::image_checksum(c, checksum_type);
+            p.check("spec.kubernetes.imageChecksum", c, res);
+            Some(c.clone())
         }
     };
 
@@ -279,42 +260,32 @@ fn parse_kubernetes(r: &mut Reader, xr: &Value) -> Option<Kubernetes> {
         node_labels,
         image_url: image_url?,
         image_checksum: checksum,
-        image_checksum_type: checksum_type?,
-        image_disk_format: disk_format?,
+        image_checksum_type: checksum_type.to_string(),
+        image_disk_format: disk_format.to_string(),
     })
 }
 
-fn parse_gpu(r: &mut Reader, xr: &Value) -> Option<Option<Gpu>> {
-    parse_gpu_at(r, xr, "spec.gpu")
-}
-
-fn parse_access(r: &mut Reader, xr: &Value) -> Option<Option<Access>> {
-    r.lookup(xr, "spec.access")?;
-    let username = r
-        .opt_str(xr, "spec.access.username")
-        .unwrap_or_else(|| DEFAULT_USERNAME.to_string());
-    let username = {
-        let res = validate::unix_username(&username);
-        r.check(
-            "spec.access.username",
-            &username,
-            res.map(|_| username.clone()),
-        )
+/// `spec.access`: Some(None) when absent, None when invalid.
+fn parse_access(p: &mut Problems, a: Option<&api::AccessSpec>) -> Option<Option<Access>> {
+    let Some(a) = a else {
+        return Some(None);
     };
-    let keys = r.opt_str_list(xr, "spec.access.sshAuthorizedKeys");
-    for (i, k) in keys.iter().enumerate() {
+    let username = p.valid("spec.access.username", &a.username, validate::unix_username);
+    for (i, k) in a.ssh_authorized_keys.iter().enumerate() {
         if let Err(reason) = validate::ssh_public_key(k) {
-            r.fail(
+            p.fail(
                 &format!("spec.access.sshAuthorizedKeys[{i}]"),
                 Some(&Value::String(k.clone())),
                 reason,
             );
         }
     }
-    Some(username.map(|username| Access {
-        username,
-        ssh_authorized_keys: keys,
-    }))
+    username.map(|username| {
+        Some(Access {
+            username,
+            ssh_authorized_keys: a.ssh_authorized_keys.clone(),
+        })
+    })
 }
 
 fn err(path: &str, value: Option<&Value>, reason: impl Into<String>) -> FieldError {

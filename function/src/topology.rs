@@ -7,13 +7,11 @@ use std::net::Ipv4Addr;
 
 use serde_json::Value;
 
+use crate::api;
+pub use crate::api::DEFAULT_KUBE_VIP_IMAGE;
+use crate::decode::{FieldError, Problems, show};
 use crate::network::{AddrRange, Network, parse_range};
-use crate::reader::{FieldError, Reader, show};
 use crate::validate;
-
-/// kube-vip serves the control plane's virtual IP; air-gapped sites name
-/// their mirror in `spec.controlPlane.kubeVipImage`.
-pub const DEFAULT_KUBE_VIP_IMAGE: &str = "ghcr.io/kube-vip/kube-vip:v1.0.0";
 /// Control plane sizes etcd keeps a quorum with.
 pub const CONTROL_PLANE_SIZES: [u8; 3] = [1, 3, 5];
 pub const MAX_WORKER_REPLICAS: i64 = 100;
@@ -60,43 +58,42 @@ pub struct Worker {
 
 /// Reads `spec.controlPlane`, or the single-node form from nodeIP.
 pub fn parse_control_plane(
-    r: &mut Reader,
-    xr: &Value,
+    p: &mut Problems,
+    cp: Option<&api::ControlPlaneSpec>,
     network: Option<&Network>,
 ) -> Option<ControlPlane> {
-    if r.lookup(xr, "spec.controlPlane").is_none() {
+    let Some(cp) = cp else {
         return network.and_then(|n| n.node_ip).map(ControlPlane::single);
-    }
-    let replicas = match r.opt_int(xr, "spec.controlPlane.replicas") {
-        None => Some(1),
-        Some(n) if CONTROL_PLANE_SIZES.iter().any(|s| i64::from(*s) == n) => Some(n as u8),
-        Some(n) => {
-            r.fail(
-                "spec.controlPlane.replicas",
-                Some(&Value::from(n)),
-                "must be 1, 3 or 5: etcd needs an odd number of members to keep a quorum",
-            );
-            None
-        }
     };
-    let addresses = match r.req_str(xr, "spec.controlPlane.addresses") {
-        Some(raw) => {
-            let res = parse_range(&raw);
-            r.check("spec.controlPlane.addresses", &raw, res)
-        }
-        None => None,
+    let replicas = if CONTROL_PLANE_SIZES
+        .iter()
+        .any(|s| i64::from(*s) == cp.replicas)
+    {
+        Some(cp.replicas as u8)
+    } else {
+        p.fail(
+            "spec.controlPlane.replicas",
+            Some(&Value::from(cp.replicas)),
+            "must be 1, 3 or 5: etcd needs an odd number of members to keep a quorum",
+        );
+        None
     };
-    let endpoint = match r.opt_str(xr, "spec.controlPlane.endpoint") {
+    let addresses = p
+        .non_empty("spec.controlPlane.addresses", &cp.addresses)
+        .and_then(|raw| {
+            let res = parse_range(raw);
+            p.check("spec.controlPlane.addresses", raw, res)
+        });
+    let endpoint = match &cp.endpoint {
         Some(raw) => {
-            let res = validate::ipv4(&raw);
-            r.check("spec.controlPlane.endpoint", &raw, res).map(Some)
+            let res = validate::ipv4(raw);
+            p.check("spec.controlPlane.endpoint", raw, res).map(Some)
         }
         None => Some(None),
     };
-    let image = r.defaulted(
-        xr,
+    let image = p.valid(
         "spec.controlPlane.kubeVipImage",
-        DEFAULT_KUBE_VIP_IMAGE,
+        &cp.kube_vip_image,
         validate::image_reference,
     );
     let (replicas, addresses, endpoint) = (replicas?, addresses?, endpoint?);
@@ -105,7 +102,7 @@ pub fn parse_control_plane(
         // One machine whose range is one address: that address answers.
         None if replicas == 1 && addresses.size() == 1 => (addresses.first, None),
         None => {
-            r.fail(
+            p.fail(
                 "spec.controlPlane.endpoint",
                 None,
                 "is required unless there is one replica with a one-address range: it is the virtual IP the API server answers on, served by kube-vip on the control plane nodes",
@@ -123,92 +120,68 @@ pub fn parse_control_plane(
 
 /// Reads `spec.workers`.
 pub fn parse_workers(
-    r: &mut Reader,
-    xr: &Value,
+    p: &mut Problems,
+    workers: &[api::WorkerSpec],
     default_boot_interface: Option<&str>,
 ) -> Vec<Worker> {
-    let items = match r.lookup(xr, "spec.workers") {
-        None => return Vec::new(),
-        Some(Value::Array(items)) => items.clone(),
-        Some(other) => {
-            r.fail(
-                "spec.workers",
-                Some(other),
-                "must be a list of worker pools",
-            );
-            return Vec::new();
-        }
-    };
-    if items.len() > MAX_WORKER_POOLS {
-        r.fail(
+    if workers.len() > MAX_WORKER_POOLS {
+        p.fail(
             "spec.workers",
             None,
-            format!("has {} pools; at most {MAX_WORKER_POOLS}", items.len()),
+            format!("has {} pools; at most {MAX_WORKER_POOLS}", workers.len()),
         );
     }
-    let mut out = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let prefix = format!("spec.workers[{i}]");
-        // Read the item as its own document, then name the errors by index.
-        let doc = serde_json::json!({"w": item});
-        let mut sub = Reader::default();
-        let worker = parse_worker(&mut sub, &doc, default_boot_interface);
-        r.errors.extend(sub.errors.into_iter().map(|mut e| {
-            e.path = e.path.replacen('w', &prefix, 1);
-            e
-        }));
-        out.extend(worker);
-    }
-    out
+    workers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| {
+            parse_worker(p, &format!("spec.workers[{i}]"), w, default_boot_interface)
+        })
+        .collect()
 }
 
 fn parse_worker(
-    r: &mut Reader,
-    doc: &Value,
+    p: &mut Problems,
+    at: &str,
+    w: &api::WorkerSpec,
     default_boot_interface: Option<&str>,
 ) -> Option<Worker> {
-    if !doc["w"].is_object() {
-        r.fail("w", Some(&doc["w"]), "must be an object");
-        return None;
-    }
-    let name = r.req_str(doc, "w.name").and_then(|n| {
-        let res = validate::dns_label(&n).and_then(|_| {
-            (n.len() <= 20).then_some(()).ok_or_else(|| {
-                "must be at most 20 characters: machine and host names are derived from it"
-                    .to_string()
+    let path = |f: &str| format!("{at}.{f}");
+    let name = p.non_empty(&path("name"), &w.name).and_then(|n| {
+        p.valid(&path("name"), n, |n| {
+            validate::dns_label(n).and_then(|_| {
+                (n.len() <= 20).then_some(()).ok_or_else(|| {
+                    "must be at most 20 characters: machine and host names are derived from it"
+                        .to_string()
+                })
             })
-        });
-        r.check("w.name", &n, res.map(|_| n.clone()))
+        })
     });
-    let replicas = match r.opt_int(doc, "w.replicas") {
-        None => Some(1),
-        Some(n) if (0..=MAX_WORKER_REPLICAS).contains(&n) => Some(n as u32),
-        Some(n) => {
-            r.fail(
-                "w.replicas",
-                Some(&Value::from(n)),
-                format!("must be between 0 and {MAX_WORKER_REPLICAS}"),
-            );
-            None
-        }
+    let replicas = if (0..=MAX_WORKER_REPLICAS).contains(&w.replicas) {
+        Some(w.replicas as u32)
+    } else {
+        p.fail(
+            &path("replicas"),
+            Some(&Value::from(w.replicas)),
+            format!("must be between 0 and {MAX_WORKER_REPLICAS}"),
+        );
+        None
     };
-    let pool = r.req_str(doc, "w.pool").and_then(|p| {
-        let res = validate::label_value(&p);
-        r.check("w.pool", &p, res.map(|_| p.clone()))
-    });
-    let boot_interface = match r.opt_str(doc, "w.bootInterface") {
-        Some(b) => {
-            let res = validate::interface_name(&b);
-            r.check("w.bootInterface", &b, res.map(|_| b.clone()))
-        }
+    let pool = p
+        .non_empty(&path("pool"), &w.pool)
+        .and_then(|v| p.valid(&path("pool"), v, validate::label_value));
+    let boot_interface = match &w.boot_interface {
+        Some(b) => p.valid(&path("bootInterface"), b, validate::interface_name),
         None => default_boot_interface.map(str::to_string),
     };
-    let addresses = r.req_str(doc, "w.addresses").and_then(|raw| {
-        let res = parse_range(&raw);
-        r.check("w.addresses", &raw, res)
-    });
-    let node_labels = crate::machine::parse_node_labels(r, doc, "w.nodeLabels");
-    let gpu = crate::machine::parse_gpu_at(r, doc, "w.gpu");
+    let addresses = p
+        .non_empty(&path("addresses"), &w.addresses)
+        .and_then(|raw| {
+            let res = parse_range(raw);
+            p.check(&path("addresses"), raw, res)
+        });
+    let node_labels = crate::machine::parse_node_labels(p, &w.node_labels, &path("nodeLabels"));
+    let gpu = crate::machine::parse_gpu(p, w.gpu.as_ref(), &path("gpu"));
     Some(Worker {
         name: name?,
         replicas: replicas?,
