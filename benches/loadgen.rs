@@ -20,6 +20,7 @@ use function_sdk_rust::resource::struct_to_json;
 use prost::Message as _;
 use serde_json::{Value, json};
 use tonic::transport::{Channel, Endpoint};
+use xtask::procstat;
 
 mod requests;
 
@@ -76,40 +77,6 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-/// The process's CPU time so far (user + system, all its threads, exited
-/// ones included) from /proc/PID/stat, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold
-    // spaces: state is the first, utime the 12th, stime the 13th.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// Clock ticks per second for /proc times (`getconf CLK_TCK`; 100 on Linux).
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
         .unwrap_or(0)
 }
 
@@ -208,7 +175,7 @@ async fn drive(
         let (peak, done) = (peak.clone(), done.clone());
         tokio::spawn(async move {
             while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(pid, "VmRSS:"), Ordering::Relaxed);
+                peak.fetch_max(procstat::status_kib(pid, "VmRSS:"), Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
@@ -219,7 +186,7 @@ async fn drive(
     for _ in 0..concurrency {
         clients.push(connect(&server.addr).await?);
     }
-    let cpu0 = cpu_ticks(pid);
+    let cpu0 = procstat::cpu_ticks(pid);
     let started = Instant::now();
     for ch in clients {
         let req = req.clone();
@@ -242,8 +209,8 @@ async fn drive(
         lat.extend(t.await.map_err(|e| e.to_string())??);
     }
     let wall = started.elapsed();
-    let cpu = match (cpu0, cpu_ticks(pid)) {
-        (Some(a), Some(b)) => (b - a) as f64 / clock_ticks(),
+    let cpu = match (cpu0, procstat::cpu_ticks(pid)) {
+        (Some(a), Some(b)) => (b - a) as f64 / procstat::clock_ticks(),
         _ => return Err(format!("{}: cannot read its CPU time", server.name)),
     };
     done.store(true, Ordering::Relaxed);
@@ -258,7 +225,9 @@ async fn drive(
         p90: q(0.90),
         p99: q(0.99),
         rps: lat.len() as f64 / wall.as_secs_f64(),
-        peak_rss_kib: peak.load(Ordering::Relaxed).max(rss_kib(pid, "VmHWM:")),
+        peak_rss_kib: peak
+            .load(Ordering::Relaxed)
+            .max(procstat::status_kib(pid, "VmHWM:")),
         cold_start: server.cold_start,
         cpu_per_req: Duration::from_secs_f64(cpu / lat.len() as f64),
         resp_bytes,

@@ -397,7 +397,7 @@ pub struct MetalClusterStatus {
     /// The KubeadmControlPlane's rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<RolloutStatus>,
-    /// Ready/desired nodes of the control plane and every worker pool (with spec.controlPlane or spec.workers).
+    /// Ready/desired nodes of the control plane and every worker pool (1/1 for a ready single node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<String>,
     /// Every BareMetalHost claimed for this cluster (with spec.controlPlane or spec.workers).

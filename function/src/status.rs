@@ -202,11 +202,7 @@ impl Rollout {
     }
 }
 
-pub fn control_plane_rollout(kcp: Option<&Value>) -> Option<Rollout> {
-    rollout(kcp)
-}
-
-/// Both share the replica counters, observedGeneration and RollingOut.
+/// KubeadmControlPlane and MachineDeployment share the replica counters, observedGeneration and RollingOut.
 pub fn rollout(kcp: Option<&Value>) -> Option<Rollout> {
     let kcp = kcp?;
     let int = |p: &str| kcp.pointer(p).and_then(Value::as_i64);
@@ -231,7 +227,7 @@ pub fn rollout(kcp: Option<&Value>) -> Option<Rollout> {
 /// Whether the control plane and every worker pool are complete at the
 /// replicas the spec asks for now (an edit not yet applied is not done).
 pub fn machines_complete(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> bool {
-    let cp = control_plane_rollout(observed.get("kubeadmcontrolplane"))
+    let cp = rollout(observed.get("kubeadmcontrolplane"))
         .is_none_or(|r| r.complete() && r.desired == i64::from(mc.spec.control_plane.replicas));
     cp && worker_rollouts(mc, observed)
         .into_iter()
@@ -281,21 +277,19 @@ fn rollout_status(r: Rollout) -> api::RolloutStatus {
     }
 }
 
-/// A claimed host as `status.hosts` lists it.
+/// A claimed host as `status.hosts` lists it: its summary and its pool.
 pub fn claimed_host(h: &Value) -> api::ClaimedHost {
+    let s = host_summary(h);
     api::ClaimedHost {
-        name: hosts::name(h).into(),
+        name: s.name,
         pool: h
             .pointer("/metadata/labels")
             .and_then(|l| l.get(POOL_LABEL))
             .and_then(Value::as_str)
             .unwrap_or_default()
             .into(),
-        provisioning_state: hosts::state(h).into(),
-        powered_on: h
-            .pointer("/status/poweredOn")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        provisioning_state: s.provisioning_state,
+        powered_on: s.powered_on,
         error_message: hosts::error(h).map(|e| e.summary()),
     }
 }
@@ -317,7 +311,7 @@ pub fn worker_rollouts(
 
 /// `ready/desired` nodes over the control plane and every worker pool.
 pub fn nodes(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> String {
-    let cp = control_plane_rollout(observed.get("kubeadmcontrolplane"));
+    let cp = rollout(observed.get("kubeadmcontrolplane"));
     let mut ready = cp.map_or(0, |r| r.ready);
     let mut desired = i64::from(mc.spec.control_plane.replicas);
     for (w, (_, r)) in mc.spec.workers.iter().zip(worker_rollouts(mc, observed)) {
@@ -327,8 +321,9 @@ pub fn nodes(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> String {
     format!("{ready}/{desired}")
 }
 
-/// The XR's status: the original's four fields, the phase and the host;
-/// with spec.controlPlane or spec.workers also every host and pool.
+/// The XR's status: the original's four fields, the phase, the host and
+/// the ready/desired nodes; with spec.controlPlane or spec.workers also
+/// every host and pool.
 pub fn xr_status(
     mc: &MetalCluster,
     names: &Names,
@@ -338,7 +333,8 @@ pub fn xr_status(
 ) -> api::MetalClusterStatus {
     let multi = mc.spec.fleet || !mc.spec.workers.is_empty();
     api::MetalClusterStatus {
-        nodes: multi.then(|| nodes(mc, observed)),
+        // A single node shows 1/1 too: the NODES column is never empty.
+        nodes: Some(nodes(mc, observed)),
         hosts: if multi {
             claimed.iter().map(|h| claimed_host(h)).collect()
         } else {
@@ -362,8 +358,7 @@ pub fn xr_status(
         host_pool: mc.spec.host.pool.clone(),
         control_plane_available: is_ready("cluster", observed.get("cluster")),
         phase: phase(mc, observed, pool).as_str().into(),
-        control_plane: control_plane_rollout(observed.get("kubeadmcontrolplane"))
-            .map(rollout_status),
+        control_plane: rollout(observed.get("kubeadmcontrolplane")).map(rollout_status),
         host: match pool {
             Pool::Claimed(h) => Some(host_summary(h)),
             _ => None,

@@ -5,6 +5,7 @@
 //! `crossplane xpkg push -f` and go-containerregistry read).
 
 pub mod lab;
+pub mod procstat;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -74,18 +74,24 @@ pub fn is_operation(req: &RunFunctionRequest) -> bool {
     req.required_resources.contains_key(WATCHED_RESOURCE_KEY)
 }
 
-/// The operation summary put in `status.pipeline[].output`.
-pub fn output(d: &Decision, dry_run: bool) -> Value {
+/// The operation summary put in `status.pipeline[].output`; `image` is
+/// the Jobs' image, shown when the decision acts.
+pub fn output(d: &Decision, dry_run: bool, image: &str) -> Value {
     let mut out = json!({
         "host": format!("{}/{}", d.namespace, d.host),
         "state": d.state,
         "action": d.action.map_or("none", Action::as_str),
         "reason": d.reason,
     });
-    if let (Some(job), Value::Object(m)) = (&d.job_name, &mut out) {
-        m.insert("job".into(), json!(job));
-        if dry_run {
-            m.insert("dryRun".into(), json!(true));
+    if let Value::Object(m) = &mut out {
+        if let Some(job) = &d.job_name {
+            m.insert("job".into(), json!(job));
+            if dry_run {
+                m.insert("dryRun".into(), json!(true));
+            }
+        }
+        if d.action.is_some() {
+            m.insert("image".into(), json!(image));
         }
     }
     out
@@ -163,9 +169,8 @@ pub fn operate(req: &RunFunctionRequest) -> RunFunctionResponse {
         }
     }
 
-    let image = job_image(req, &mut rsp, &input, decision.action.is_some());
     let input = Input {
-        image: image.clone(),
+        image: job_image(req, &mut rsp, &input, decision.action.is_some()),
         ..input
     };
     if !input.dry_run
@@ -183,12 +188,7 @@ pub fn operate(req: &RunFunctionRequest) -> RunFunctionResponse {
     if decision.exhausted {
         response::warning(&mut rsp, decision.reason.clone());
     }
-    let mut out = output(&decision, input.dry_run);
-    if decision.action.is_some()
-        && let Value::Object(m) = &mut out
-    {
-        m.insert("image".into(), json!(image));
-    }
+    let out = output(&decision, input.dry_run, &input.image);
     // A JSON object always converts; the error arm cannot happen.
     let _ = response::set_output(&mut rsp, &out);
     tracing::info!(host = %out["host"], action = %out["action"], "operation decided");

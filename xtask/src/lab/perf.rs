@@ -148,23 +148,13 @@ struct Sample {
     cpu: BTreeMap<&'static str, f64>,
 }
 
-/// CPU seconds of a process so far (user + system, all threads).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // CLK_TCK is 100 on Linux.
-    Some(ticks as f64 / 100.0)
-}
-
 fn sample(lab: &Lab) -> Result<Sample, LabError> {
     let api = parse_metrics(&lab.kube.run(&["get", "--raw", "/metrics"])?);
     let crossplane = parse_metrics(&procs::http_get(8082, "/metrics")?);
     let function = parse_metrics(&procs::http_get(8090, "/metrics")?);
     let cpu = PROCS
         .iter()
-        .filter_map(|p| Some((*p, cpu_seconds(lab.procs.running(p)?)?)))
+        .filter_map(|p| Some((*p, crate::procstat::cpu_seconds(lab.procs.running(p)?)?)))
         .collect();
     Ok(Sample {
         at: Instant::now(),
