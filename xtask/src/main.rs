@@ -33,6 +33,8 @@ enum LabCmd {
     Build,
     /// Stop exactly what `up` started; remove the namespace and the state.
     Down,
+    /// Each process of the lab: running or stopped, and its log file.
+    Status,
     /// Run CMD inside the namespace with KUBECONFIG set and kubectl on PATH.
     Exec {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
@@ -62,6 +64,10 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
             .and_then(|_| xtask::lab::install::ensure_packages())
             .map(|_| 0),
         LabCmd::Down => lab.down().map(|_| 0),
+        LabCmd::Status => {
+            print!("{}", lab.status());
+            Ok(0)
+        }
         LabCmd::Exec { cmd } => lab.exec(&cmd),
         LabCmd::Demo => xtask::lab::demo::run(&lab).map(|_| 0),
         LabCmd::Perf { xrs, window, out } => {

@@ -2,92 +2,24 @@
 //! inventory and the r730 MetalCluster, shows PHASE and HOST as they
 //! change, deletes it and shows the host back in its pool, powered off.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use super::kube::{condition, str_at};
+use super::kube::condition;
+use super::observe::{self, Observed};
 use super::{Lab, LabError, progress};
 
 pub const NAMESPACE: &str = "metal";
 
-/// What one line of the live view shows about the XR and its host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
-    pub phase: String,
-    pub host: String,
-    pub host_state: String,
-    pub powered_on: bool,
-    pub consumer: String,
-}
-
-pub fn observe(lab: &Lab, xr: &str, host: &str) -> Observed {
-    let x = lab
-        .kube
-        .get("metalcluster", xr, Some(NAMESPACE))
-        .unwrap_or(Value::Null);
-    let h = lab
-        .kube
-        .get("baremetalhost", host, Some(NAMESPACE))
-        .unwrap_or(Value::Null);
-    Observed {
-        phase: if x.is_null() {
-            "(deleted)".into()
-        } else {
-            str_at(&x, "/status/phase").to_string()
-        },
-        host: x
-            .pointer("/status/host")
-            .map(|v| v.to_string())
-            .unwrap_or_default(),
-        host_state: str_at(&h, "/status/provisioning/state").to_string(),
-        powered_on: h
-            .pointer("/status/poweredOn")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        consumer: str_at(&h, "/spec/consumerRef/name").to_string(),
-    }
-}
-
-/// Polls until `done` holds, printing every change with its time.
-pub fn watch(
+/// Follows the example's XR and host, printing each change.
+fn watch(
     lab: &Lab,
-    xr: &str,
-    host: &str,
     timeout: Duration,
     done: impl Fn(&Observed) -> bool,
 ) -> Result<Observed, LabError> {
-    let start = Instant::now();
-    let mut last: Option<Observed> = None;
-    loop {
-        let o = observe(lab, xr, host);
-        if last.as_ref() != Some(&o) {
-            println!(
-                "{:>6.1}s  PHASE={:<16} HOST={} | bmh/{host}: state={} poweredOn={} consumer={}",
-                start.elapsed().as_secs_f64(),
-                if o.phase.is_empty() { "-" } else { &o.phase },
-                if o.host.is_empty() { "-" } else { &o.host },
-                o.host_state,
-                o.powered_on,
-                if o.consumer.is_empty() {
-                    "-"
-                } else {
-                    &o.consumer
-                },
-            );
-            last = Some(o.clone());
-        }
-        if done(&o) {
-            return Ok(o);
-        }
-        if start.elapsed() > timeout {
-            return Err(LabError::new(format!(
-                "timed out after {} s; last seen {o:?}",
-                timeout.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    observe::follow(lab, (NAMESPACE, "r730", "r730"), timeout, "", &done)?;
+    Ok(observe::observe(lab, NAMESPACE, "r730", "r730"))
 }
 
 /// The built-in example MetalCluster, pointed at the lab's chart mirror
@@ -116,7 +48,7 @@ pub fn run(lab: &Lab) -> Result<(), LabError> {
     super::procs::wait_for(
         "BareMetalHost r730 available",
         Duration::from_secs(120),
-        || observe(lab, "r730", "r730").host_state == "available",
+        || observe::observe(lab, NAMESPACE, "r730", "r730").host_state == "available",
     )?;
     progress(
         "applying MetalCluster metal/r730 (examples/metalcluster/r730.yaml, charts from the lab's mirror)",
@@ -125,7 +57,7 @@ pub fn run(lab: &Lab) -> Result<(), LabError> {
     // The lab's workload stand-in boots the node once the host is
     // provisioned and serves its API, so the Cluster becomes Available and
     // Cilium installs from the lab's chart mirror.
-    watch(lab, "r730", "r730", Duration::from_secs(600), |o| {
+    watch(lab, Duration::from_secs(600), |o| {
         o.phase == "Ready" && o.host_state == "provisioned"
     })?;
     let xr = lab.kube.get("metalcluster", "r730", Some(NAMESPACE));
@@ -145,15 +77,16 @@ pub fn run(lab: &Lab) -> Result<(), LabError> {
         NAMESPACE,
         "--wait=false",
     ])?;
-    let end = watch(lab, "r730", "r730", Duration::from_secs(300), |o| {
-        o.phase == "(deleted)"
-            && o.host_state == "available"
-            && !o.powered_on
-            && o.consumer.is_empty()
+    let end = watch(lab, Duration::from_secs(300), |o| {
+        o.phase == "(deleted)" && o.host_at_rest()
     })?;
     println!(
-        "host r730 is back in pool r730: state={} poweredOn={} (inventory kept)",
-        end.host_state, end.powered_on
+        "host r730 is back in pool r730: {}, {} (inventory kept)",
+        end.host_state,
+        if end.powered_on { "on" } else { "off" }
+    );
+    progress(
+        "the lab is still running: `cargo xtask lab status` lists its processes, `cargo xtask lab exec -- kubectl get metalclusters -A` reaches it, `cargo xtask lab down` stops it",
     );
     Ok(())
 }

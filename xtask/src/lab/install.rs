@@ -102,6 +102,28 @@ pub const CONTROLLERS: &[Controller] = &[
 ];
 
 impl Controller {
+    /// BMO's flags. Demo mode: no Ironic, and every host's state is its
+    /// own (power follows spec.online, each step completes at once). Not
+    /// `-test-mode`: its fixture keeps ONE power flag and ONE image for all
+    /// hosts, so a host that should be on and one that should be off flip
+    /// that flag back and forth, each flip a rate-limited requeue whose
+    /// delay doubles (8 in a row logged on one host), most likely what held
+    /// one CI teardown past its wait. Every namespace, as a user's BMO
+    /// watches, unless `scope` names one (a site running one BMO per
+    /// namespace, as BMO's namespaced deployment does).
+    fn bmo_args(&self, scope: Option<&str>) -> Vec<String> {
+        let mut args = vec!["-demo-mode".to_string()];
+        if let Some(ns) = scope {
+            args.push(format!("-namespace={ns}"));
+        }
+        args.extend([
+            format!("-webhook-port={}", self.port),
+            format!("-health-addr=127.0.0.1:{}", self.health_port()),
+            format!("-metrics-addr=127.0.0.1:{}", self.port + 200),
+        ]);
+        args
+    }
+
     /// Health (readyz) and diagnostics ports follow the webhook port.
     pub fn health_port(&self) -> u16 {
         self.port + 100
@@ -109,25 +131,7 @@ impl Controller {
 
     pub fn args(&self, cert_dir: &Path) -> Vec<String> {
         if self.name == "bmo" {
-            // BMO's demo provisioner: no Ironic, and every host's state is
-            // its own (power follows spec.online, each step completes at
-            // once). Not `-test-mode`: its fixture keeps ONE power flag and
-            // ONE image for all hosts, so a host that should be on and one
-            // that should be off flip that flag back and forth, each flip a
-            // rate-limited requeue whose delay doubles (8 in a row logged on
-            // one host). At 17 it passes ten minutes, and a deprovisioning
-            // host has nothing else to wake it: most likely what held one CI
-            // teardown past its wait.
-            return vec![
-                "-demo-mode".into(),
-                // The lab inventory's namespace only. Hosts elsewhere stand
-                // for another site's BMO: the operation scenario writes their
-                // status itself, so they can sit in any state it needs.
-                format!("-namespace={}", crate::lab::INVENTORY_NAMESPACE),
-                format!("-webhook-port={}", self.port),
-                format!("-health-addr=127.0.0.1:{}", self.health_port()),
-                format!("-metrics-addr=127.0.0.1:{}", self.port + 200),
-            ];
+            return self.bmo_args(None);
         }
         vec![
             format!("--webhook-port={}", self.port),
@@ -291,27 +295,53 @@ pub fn cluster_api(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
             .map_err(|e| LabError::new(format!("bmo certs: {e}")))?;
     }
     for c in CONTROLLERS {
-        let mut spec = lab.spec(c.name, c.binary, &c.args(&cert_dir));
-        if c.name == "bmo" {
-            spec.env
-                .push(("TMPDIR".into(), bmo_tmp.display().to_string()));
-        }
-        lab.procs.start(&spec)?;
+        lab.procs
+            .start(&controller_spec(lab, c, &c.args(&cert_dir)))?;
     }
     for c in CONTROLLERS {
-        procs::wait_for(c.name, Duration::from_secs(120), || {
-            procs::http_ok(c.health_port(), "/readyz")
-        })
-        .map_err(|e| {
-            LabError::new(format!(
-                "{e}\nlast lines of {}:\n{}",
-                lab.procs.log_file(c.name).display(),
-                lab.procs.tail(c.name, 15)
-            ))
-        })?;
-        progress(&format!("{} is up", c.name));
+        wait_controller(lab, c)?;
     }
     workload(lab)
+}
+
+fn controller_spec(lab: &Lab, c: &Controller, args: &[String]) -> Spec {
+    let mut spec = lab.spec(c.name, c.binary, args);
+    if c.name == "bmo" {
+        // BMO's webhook server has no cert-dir flag (see cluster_api).
+        spec.env.push((
+            "TMPDIR".into(),
+            lab.state.join("bmo-tmp").display().to_string(),
+        ));
+    }
+    spec
+}
+
+fn wait_controller(lab: &Lab, c: &Controller) -> Result<(), LabError> {
+    procs::wait_for(c.name, Duration::from_secs(120), || {
+        procs::http_ok(c.health_port(), "/readyz")
+    })
+    .map_err(|e| {
+        LabError::new(format!(
+            "{e}\nlast lines of {}:\n{}",
+            lab.procs.log_file(c.name).display(),
+            lab.procs.tail(c.name, 15)
+        ))
+    })?;
+    progress(&format!("{} is up", c.name));
+    Ok(())
+}
+
+/// Restarts BMO watching only namespace `scope`, or every namespace with
+/// None, and waits until it is ready (its webhooks serve again).
+pub fn restart_bmo(lab: &Lab, scope: Option<&str>) -> Result<(), LabError> {
+    let c = CONTROLLERS
+        .iter()
+        .find(|c| c.name == "bmo")
+        .ok_or_else(|| LabError::new("no bmo controller"))?;
+    lab.procs.stop(c.name);
+    lab.procs
+        .start(&controller_spec(lab, c, &c.bmo_args(scope)))?;
+    wait_controller(lab, c)
 }
 
 /// Readiness port of the workload stand-in (xtask/lab/workload).

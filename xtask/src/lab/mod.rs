@@ -10,6 +10,7 @@ pub mod hosts;
 pub mod install;
 pub mod kube;
 pub mod manifests;
+pub mod observe;
 pub mod perf;
 pub mod pki;
 pub mod procs;
@@ -43,8 +44,8 @@ pub fn progress(msg: &str) {
 }
 
 pub const APISERVER_PORT: u16 = 6443;
-/// Where the lab's inventory lives (examples/lab/inventory.yaml); the only
-/// namespace the lab's BMO manages.
+/// Where the lab's inventory lives (examples/lab/inventory.yaml). The
+/// lab's BMO manages every namespace.
 pub const INVENTORY_NAMESPACE: &str = "metal";
 /// The add-on API server (see Lab::start_addons_apiserver).
 pub const ADDONS_APISERVER_PORT: u16 = 6445;
@@ -302,6 +303,40 @@ impl Lab {
         }
         progress("down");
         Ok(())
+    }
+
+    /// Each process the lab started: running (with its pid) or not, and
+    /// its log; then whether the API server answers.
+    pub fn status(&self) -> String {
+        let mut names = self.procs.started();
+        names.sort();
+        let mut out = String::new();
+        if names.is_empty() {
+            out.push_str("the lab is not up (cargo xtask lab up starts it)\n");
+            return out;
+        }
+        out.push_str(&format!("{:<28} {:<16} LOG\n", "PROCESS", "STATE"));
+        for n in &names {
+            let state = match self.procs.running(n) {
+                Some(pid) => format!("running {pid}"),
+                None => "stopped".into(),
+            };
+            out.push_str(&format!(
+                "{n:<28} {state:<16} {}\n",
+                self.procs.log_file(n).display()
+            ));
+        }
+        out.push_str(&format!(
+            "API server: {} (KUBECONFIG={}, network namespace {})\n",
+            if self.kube.ready() {
+                "answers"
+            } else {
+                "does not answer"
+            },
+            self.kube.kubeconfig.display(),
+            procs::NETNS
+        ));
+        out
     }
 
     /// Runs a command inside the namespace with KUBECONFIG and kubectl.

@@ -467,13 +467,6 @@ fn measure(lab: &Lab, span: Duration) -> Result<Window, LabError> {
     Ok(window(&a, &sample(lab)?))
 }
 
-fn phase(lab: &Lab, xr: &str) -> String {
-    lab.kube
-        .get("metalcluster", xr, Some(NS))
-        .map(|x| str_at(&x, "/status/phase").to_string())
-        .unwrap_or_default()
-}
-
 fn all_ready(lab: &Lab, n: usize) -> bool {
     let items = lab.kube.list("metalcluster", Some(NS));
     let ready = items
@@ -601,15 +594,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     docs.extend(hosts::docs(NS, POOL, "eno1", n, 0x40));
     lab.kube.apply(&docs)?;
     wait("perf hosts available", Duration::from_secs(300), || {
-        lab.kube
-            .list("baremetalhost", Some(NS))
-            .iter()
-            .filter(|h| {
-                str_at(h, "/metadata/labels/metal.kube.farm~1pool") == POOL
-                    && str_at(h, "/status/provisioning/state") == "available"
-            })
-            .count()
-            >= n
+        super::observe::hosts_in_state(lab, NS, POOL, "available") >= n
     })?;
 
     super::progress("perf: baseline window (no MetalCluster of ours)");
@@ -624,7 +609,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     let before = sample(lab)?;
     lab.kube.apply(&[perf_xr(1)?])?;
     let ready_1 = wait(&format!("{xr1} Ready"), Duration::from_secs(300), || {
-        phase(lab, &xr1) == "Ready"
+        super::observe::phase(lab, NS, &xr1) == "Ready"
     })?;
     let bringup = window(&before, &sample(lab)?);
     let ready_at = watches.now();
