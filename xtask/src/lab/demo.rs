@@ -78,7 +78,7 @@ pub fn run(lab: &Lab) -> Result<(), LabError> {
         "--wait=false",
     ])?;
     let end = watch(lab, Duration::from_secs(300), |o| {
-        o.phase == "(deleted)" && o.host_at_rest()
+        o.gone && o.host_at_rest()
     })?;
     println!(
         "host r730 is back in pool r730: {}, {} (inventory kept)",

@@ -13,7 +13,9 @@ use super::{Lab, LabError};
 /// One moment of a MetalCluster and one of its hosts.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Observed {
-    /// `status.phase`; `(deleted)` once the XR is gone.
+    /// Whether the XR is absent (not applied yet, or deleted).
+    pub gone: bool,
+    /// `status.phase` (empty until the function set one).
     pub phase: String,
     /// `status.nodes`, ready/desired.
     pub nodes: String,
@@ -59,7 +61,11 @@ impl Observed {
         format!(
             "{:>6.1}s  PHASE={:<14} NODES={:<5} HOST={:<28} | bmh/{host}: {}, {}, consumer {}",
             elapsed.as_secs_f64(),
-            dash(&self.phase),
+            if self.gone {
+                "(deleted)".to_string()
+            } else {
+                dash(&self.phase)
+            },
             dash(&self.nodes),
             self.xr_host_summary(),
             dash(&self.host_state),
@@ -78,10 +84,8 @@ pub fn observe(lab: &Lab, ns: &str, xr: &str, host: &str) -> Observed {
         .unwrap_or(Value::Null);
     let xv = x.clone().unwrap_or(Value::Null);
     Observed {
-        phase: match &x {
-            None => "(deleted)".into(),
-            Some(x) => str_at(x, "/status/phase").to_string(),
-        },
+        gone: x.is_none(),
+        phase: str_at(&xv, "/status/phase").to_string(),
         nodes: str_at(&xv, "/status/nodes").to_string(),
         xr_host: str_at(&xv, "/status/host/name").to_string(),
         xr_host_state: str_at(&xv, "/status/host/provisioningState").to_string(),
