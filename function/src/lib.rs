@@ -14,6 +14,7 @@ pub mod machine;
 pub mod names;
 pub mod network;
 pub mod operate;
+pub mod reference;
 pub mod render;
 pub mod spec;
 pub mod status;

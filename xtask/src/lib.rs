@@ -491,7 +491,8 @@ pub fn package_in(target_dir: &Path) -> Result<Outputs, Error> {
     assemble(&bins, &out_dir())
 }
 
-/// The XRD's schema rewritten from the API's types and edit rules.
+/// The XRD's schema rewritten from the API's types and edit rules; the
+/// docs' edit table and API reference from the same.
 pub fn generate() -> Result<(), String> {
     let path = repo_root().join("apis/metalclusters/definition.yaml");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -501,13 +502,20 @@ pub fn generate() -> Result<(), String> {
         std::fs::write(&path, fresh).map_err(|e| format!("{}: {e}", path.display()))?;
         println!("rewrote {}", path.display());
     }
-    let path = repo_root().join("README.md");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let fresh = metalplane::fields::regenerate_readme(&text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if fresh != text {
-        std::fs::write(&path, fresh).map_err(|e| format!("{}: {e}", path.display()))?;
-        println!("rewrote {}", path.display());
+    type Regenerate = fn(&str) -> Result<String, String>;
+    let pages: [(&str, Regenerate); 2] = [
+        ("docs/day2.md", metalplane::fields::regenerate_edit_table),
+        ("docs/api-reference.md", metalplane::reference::regenerate),
+    ];
+    for (page, regenerate) in pages {
+        let path = repo_root().join(page);
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let fresh = regenerate(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if fresh != text {
+            std::fs::write(&path, fresh).map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("rewrote {}", path.display());
+        }
     }
     Ok(())
 }
