@@ -53,25 +53,30 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let scenarios: [Scenario; 14] = [
-        ("install", install),
-        ("provision", provision),
-        ("operation", operation),
-        ("operation-any-namespace", |l| {
+    // Groups run in order; the scenarios of one group run at the same time
+    // (independent: their own namespaces, hosts and addresses), to keep CI
+    // short as scenarios are added.
+    let groups: [&[Scenario]; 13] = [
+        &[("install", install)],
+        &[("provision", provision)],
+        &[("operation", operation)],
+        &[("operation-any-namespace", |l| {
             as_another_site(l, RACK_B, operation_any_namespace)
-        }),
-        ("hosts-on-their-way", |l| {
+        })],
+        &[("hosts-on-their-way", |l| {
             as_another_site(l, RACK_C, hosts_on_their_way)
-        }),
-        ("edits", edits),
-        ("host-error", host_error),
-        ("fleet-and-secrets", fleet_and_secrets),
-        ("fleet-teardown", |l| teardown(l, R740, true)),
-        ("teardown-background", |l| teardown(l, R730, false)),
-        ("bad-input-then-function-restart", bad_input_and_restart),
-        ("teardown-foreground", |l| teardown(l, R730, true)),
-        ("inventory-any-namespace", inventory_any_namespace),
-        ("multi-node", multi_node),
+        })],
+        &[("edits", edits)],
+        &[("host-error", host_error)],
+        &[("fleet-and-secrets", fleet_and_secrets)],
+        &[("fleet-teardown", |l| teardown(l, R740, true))],
+        &[("teardown-background", |l| teardown(l, R730, false))],
+        &[("bad-input-then-function-restart", bad_input_and_restart)],
+        &[("teardown-foreground", |l| teardown(l, R730, true))],
+        &[
+            ("multi-node", multi_node),
+            ("inventory-any-namespace", inventory_any_namespace),
+        ],
     ];
     // METALPLANE_LAB_ONLY=a,b runs just those scenarios (while developing
     // one; each leaves the lab as the next expects only in the full run).
@@ -79,27 +84,58 @@ fn main() -> ExitCode {
         .ok()
         .map(|s| s.split(',').map(str::to_string).collect());
     let mut failed = Vec::new();
-    for (name, run) in scenarios {
-        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
-            continue;
-        }
-        let t = Instant::now();
-        println!("scenario {name} ...");
-        match run(&lab) {
-            Ok(()) => println!(
-                "scenario {name} ... ok ({:.0} s)",
-                t.elapsed().as_secs_f64()
-            ),
-            Err(e) => {
-                println!(
-                    "scenario {name} ... FAILED ({:.0} s)\n  {e}",
-                    t.elapsed().as_secs_f64()
-                );
-                println!("{}", failure_report(&lab));
-                failed.push(name);
-                // Later scenarios build on this one's end state.
-                break;
-            }
+    for group in groups {
+        let chosen: Vec<Scenario> = group
+            .iter()
+            .filter(|(name, _)| only.as_ref().is_none_or(|o| o.iter().any(|n| n == name)))
+            .copied()
+            .collect();
+        let outcomes: Vec<(&str, Outcome)> = std::thread::scope(|s| {
+            let running: Vec<_> = chosen
+                .iter()
+                .map(|(name, run)| {
+                    let lab = &lab;
+                    (
+                        *name,
+                        s.spawn(move || {
+                            let t = Instant::now();
+                            println!("scenario {name} ...");
+                            let out = run(lab);
+                            match &out {
+                                Ok(()) => println!(
+                                    "scenario {name} ... ok ({:.0} s)",
+                                    t.elapsed().as_secs_f64()
+                                ),
+                                Err(e) => println!(
+                                    "scenario {name} ... FAILED ({:.0} s)\n  {e}",
+                                    t.elapsed().as_secs_f64()
+                                ),
+                            }
+                            out
+                        }),
+                    )
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|(name, h)| {
+                    let out = h
+                        .join()
+                        .unwrap_or_else(|_| Err(format!("scenario {name} panicked")));
+                    (name, out)
+                })
+                .collect()
+        });
+        let bad: Vec<&str> = outcomes
+            .iter()
+            .filter(|(_, o)| o.is_err())
+            .map(|(n, _)| *n)
+            .collect();
+        if !bad.is_empty() {
+            println!("{}", failure_report(&lab));
+            failed.extend(bad);
+            // Later scenarios build on this one's end state.
+            break;
         }
     }
     if failed.is_empty() && std::env::var_os("METALPLANE_LAB_KEEP").is_none() {
