@@ -97,13 +97,7 @@ pub(crate) fn edits(lab: &Lab) -> Outcome {
     ];
     // Every refused field of the single-node form is tried here; the
     // fleet's (controlPlane, workers) in the multi-node scenario.
-    for f in metalplane::fields::FIELDS {
-        if f.class == metalplane::fields::Class::Refused && !is_fleet_field(f.path) {
-            check(refused.iter().any(|(p, _)| *p == f.path), || {
-                format!("no live edit of the refused field spec.{}", f.path)
-            })?;
-        }
-    }
+    every_refused_field_edited(refused.iter().map(|(p, _)| *p), false)?;
     for (path, spec) in &refused {
         let out = patch_xr(lab, XR, &json!({"spec": spec}));
         let Err(e) = out else {

@@ -408,3 +408,20 @@ pub(crate) fn as_another_site(lab: &Lab, ns: &str, f: fn(&Lab) -> Outcome) -> Ou
     let back = xtask::lab::install::restart_bmo(lab, None).map_err(|e| e.to_string());
     out.and(removed).and(back)
 }
+
+/// Every refused field of the edit table (the fleet's with `fleet`, the
+/// single node's without) is among the `edited` paths: no refusal goes
+/// untried in the lab.
+pub(crate) fn every_refused_field_edited<'a>(
+    edited: impl Iterator<Item = &'a str> + Clone,
+    fleet: bool,
+) -> Outcome {
+    for f in metalplane::fields::FIELDS {
+        if f.class == metalplane::fields::Class::Refused && is_fleet_field(f.path) == fleet {
+            check(edited.clone().any(|p| p == f.path), || {
+                format!("no live edit of the refused field spec.{}", f.path)
+            })?;
+        }
+    }
+    Ok(())
+}
