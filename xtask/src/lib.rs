@@ -79,7 +79,9 @@ pub fn dependency_name(package: &str) -> String {
 }
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Canonical, so the paths the lab prints are the ones a person types.
+    std::fs::canonicalize(&root).unwrap_or(root)
 }
 
 /// `shared/` beside the checkout (upstream definitions and references; CI

@@ -321,9 +321,10 @@ impl Lab {
                 Some(pid) => format!("running {pid}"),
                 None => "stopped".into(),
             };
-            let log = self.procs.log_file(n);
-            let log = std::fs::canonicalize(&log).unwrap_or(log);
-            out.push_str(&format!("{n:<28} {state:<16} {}\n", log.display()));
+            out.push_str(&format!(
+                "{n:<28} {state:<16} {}\n",
+                self.procs.log_file(n).display()
+            ));
         }
         out.push_str(&format!(
             "API server: {} (KUBECONFIG={}, network namespace {})\n",
