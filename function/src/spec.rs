@@ -107,7 +107,9 @@ fn metadata(p: &mut Problems, xr: &Value) -> (Option<String>, String) {
     (name, namespace)
 }
 
-/// Parses and validates a MetalCluster XR. Returns every problem found.
+/// Parses and validates a MetalCluster XR. Returns every problem found:
+/// every problem of shape (with the metadata's), or, once the shape is
+/// right, every semantic one.
 pub fn parse(xr: &Value) -> Result<MetalCluster, Vec<FieldError>> {
     let mut p = Problems::default();
     let (name, namespace) = metadata(&mut p, xr);
