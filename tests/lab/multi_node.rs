@@ -344,13 +344,7 @@ pub(crate) fn multi_node(lab: &Lab) -> Outcome {
         .map_err(|e| e.to_string())?;
     let t = Instant::now();
     loop {
-        let changed = inventory.changed(lab);
-        check(changed.is_empty(), || {
-            format!(
-                "{changed:?} deleted, replaced or being deleted {:.0} s into the teardown",
-                t.elapsed().as_secs_f64()
-            )
-        })?;
+        inventory_intact(lab, &inventory, t)?;
         let s = rack_seen(lab);
         let home = s
             .hosts

@@ -51,13 +51,23 @@ pub(crate) fn inventory_any_namespace(lab: &Lab) -> Outcome {
     lab.kube
         .run(&["delete", "metalcluster", R630, "-n", LAB_NS, "--wait=false"])
         .map_err(|e| e.to_string())?;
+    // The inventory is checked at every poll of the teardown, as the
+    // other teardowns do: the garbage collector acts within seconds.
+    let broken = std::cell::RefCell::new(Vec::new());
     observe::follow(lab, at, Duration::from_secs(420), "  ", |o| {
+        let changed = inventory.changed(lab);
+        if !changed.is_empty() {
+            broken.borrow_mut().extend(changed);
+            return true;
+        }
         o.gone && o.host_at_rest()
     })
     .map_err(|e| e.to_string())?;
-    let changed = inventory.changed(lab);
-    check(changed.is_empty(), || {
-        format!("inventory of namespace lab changed: {changed:?}")
+    let broken = broken.into_inner();
+    check(broken.is_empty(), || {
+        format!(
+            "{broken:?} of namespace lab's inventory deleted, replaced or being deleted during the teardown"
+        )
     })?;
     wait(
         "nothing of r630's cluster left in namespace lab",

@@ -425,3 +425,15 @@ pub(crate) fn every_refused_field_edited<'a>(
     }
     Ok(())
 }
+
+/// The recorded inventory is all there, `t` into a teardown: checked at
+/// every poll, since the garbage collector acts within seconds.
+pub(crate) fn inventory_intact(lab: &Lab, inventory: &Inventory, t: Instant) -> Outcome {
+    let changed = inventory.changed(lab);
+    check(changed.is_empty(), || {
+        format!(
+            "{changed:?} of the inventory deleted, replaced or being deleted {:.0} s into the teardown",
+            t.elapsed().as_secs_f64()
+        )
+    })
+}

@@ -71,13 +71,7 @@ pub(crate) fn teardown(lab: &Lab, who: Subject, foreground: bool) -> Outcome {
                 )
             })?;
         }
-        let changed = inventory.changed(lab);
-        check(changed.is_empty(), || {
-            format!(
-                "{changed:?} of the inventory deleted, replaced or being deleted {:.0} s into the teardown",
-                t.elapsed().as_secs_f64()
-            )
-        })?;
+        inventory_intact(lab, &inventory, t)?;
         let s = seen(lab, who);
         let xr_gone = get(lab, "metalcluster", who.xr).is_none();
         if xr_gone && gone_at.is_none() {
