@@ -265,6 +265,16 @@ pub struct CniSpec {
     pub chart_repository: String,
 }
 
+/// The same defaults when `spec.cni` is absent altogether.
+impl Default for CniSpec {
+    fn default() -> Self {
+        Self {
+            cilium_version: default_cilium_version(),
+            chart_repository: default_chart_repository(),
+        }
+    }
+}
+
 /// Install the NVIDIA kernel driver at first boot.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

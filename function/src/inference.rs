@@ -1,14 +1,13 @@
 //! `spec.inference` and `spec.network.loadBalancer`: joining the Modelplane
 //! fleet. Parsing and the cross-field rules that need the whole spec.
 
-use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
 use serde_json::{Value, json};
 
 use crate::api;
-pub use crate::api::DEFAULT_NODE_POOL;
+use crate::api::DEFAULT_NODE_POOL;
 use crate::decode::Problems;
 use crate::validate;
 
@@ -99,7 +98,9 @@ pub fn parse_load_balancer(p: &mut Problems, raw: Option<&str>) -> Option<LoadBa
 
 /// One of `spec.inference.devices`: kept as given (Modelplane's shape),
 /// checked for what Modelplane needs of it.
-fn check_device(p: &mut Problems, path: &str, m: &BTreeMap<String, Value>) {
+fn check_device(p: &mut Problems, path: &str, d: &Value) {
+    let empty = serde_json::Map::new();
+    let m = d.as_object().unwrap_or(&empty);
     let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
     if name.is_empty() || name.len() > 63 {
         p.fail(
@@ -210,24 +211,24 @@ pub fn parse(
         );
     }
     let description = s.description.clone().unwrap_or_default();
-    let devices: Vec<Value> = match &s.devices {
+    // Kept as given: each device as the JSON object Modelplane reads.
+    let given: Option<Vec<Value>> = s.devices.as_ref().map(|list| {
+        list.iter()
+            .map(|d| Value::Object(d.clone().into_iter().collect()))
+            .collect()
+    });
+    let devices = match given {
         None => Vec::new(),
         Some(list) if !list.is_empty() && list.len() <= 16 => {
             for (i, d) in list.iter().enumerate() {
                 check_device(p, &format!("spec.inference.devices[{i}]"), d);
             }
-            list.iter()
-                .map(|d| Value::Object(d.clone().into_iter().collect()))
-                .collect()
+            list
         }
         Some(list) => {
             p.fail(
                 "spec.inference.devices",
-                Some(&Value::Array(
-                    list.iter()
-                        .map(|d| Value::Object(d.clone().into_iter().collect()))
-                        .collect(),
-                )),
+                Some(&Value::Array(list)),
                 "must be a list of 1 to 16 devices",
             );
             Vec::new()

@@ -7,7 +7,6 @@ use ipnet::Ipv4Net;
 use serde_json::Value;
 
 use crate::api;
-pub use crate::api::{DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR};
 use crate::decode::{FieldError, Problems, show};
 use crate::validate;
 

@@ -10,10 +10,6 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::api;
-pub use crate::api::{
-    DEFAULT_CHART_REPOSITORY, DEFAULT_CILIUM_VERSION, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR,
-    DEFAULT_USERNAME,
-};
 pub use crate::decode::{FieldError, Problems, show};
 pub use crate::machine::{Gpu, parse_gpu, parse_node_labels};
 pub use crate::network::Network;
@@ -24,9 +20,7 @@ use crate::validate;
 pub const API_VERSION: &str = "metal.kube.farm/v1alpha1";
 pub const KIND: &str = "MetalCluster";
 
-/// Defaults applied when a field is omitted (the XRD declares the same).
-pub const DEFAULT_CHECKSUM_TYPE: &str = "sha256";
-pub const DEFAULT_DISK_FORMAT: &str = "qcow2";
+/// The namespace of an XR whose metadata names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// A validated MetalCluster.
@@ -177,10 +171,7 @@ fn check(
     }
     let kubernetes = parse_kubernetes(p, &spec.kubernetes);
 
-    let cni = spec.cni.clone().unwrap_or(api::CniSpec {
-        cilium_version: DEFAULT_CILIUM_VERSION.into(),
-        chart_repository: DEFAULT_CHART_REPOSITORY.into(),
-    });
+    let cni = spec.cni.clone().unwrap_or_default();
     let cilium_version = p.valid(
         "spec.cni.ciliumVersion",
         &cni.cilium_version,

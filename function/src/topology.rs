@@ -8,7 +8,6 @@ use std::net::Ipv4Addr;
 use serde_json::Value;
 
 use crate::api;
-pub use crate::api::DEFAULT_KUBE_VIP_IMAGE;
 use crate::decode::{FieldError, Problems, show};
 use crate::network::{AddrRange, Network, parse_range};
 use crate::validate;
