@@ -188,8 +188,8 @@ pub(crate) fn decoy_untouched(lab: &Lab, before: &Value) -> Outcome {
     )
 }
 
-/// Writes the status of a host no BMO manages (outside the inventory
-/// namespace), as BMO would.
+/// Writes the status of another site's host (see `as_another_site`), as
+/// its BMO would.
 pub(crate) fn set_host_status_in(
     lab: &Lab,
     ns: &str,

@@ -285,10 +285,7 @@ pub fn cluster_api(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     wait_crds(lab)?;
     lab.kube.apply(&hooks)?;
     let cert_dir = pki.server_dir();
-    // BMO's webhook server has no cert-dir flag: it reads
-    // $TMPDIR/k8s-webhook-server/serving-certs.
-    let bmo_tmp = lab.state.join("bmo-tmp");
-    let bmo_certs = bmo_tmp.join("k8s-webhook-server/serving-certs");
+    let bmo_certs = bmo_tmp(lab).join("k8s-webhook-server/serving-certs");
     std::fs::create_dir_all(&bmo_certs).map_err(|e| LabError::new(format!("bmo certs: {e}")))?;
     for f in ["tls.crt", "tls.key"] {
         std::fs::copy(cert_dir.join(f), bmo_certs.join(f))
@@ -304,14 +301,17 @@ pub fn cluster_api(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     workload(lab)
 }
 
+/// BMO's webhook server has no cert-dir flag: it reads
+/// $TMPDIR/k8s-webhook-server/serving-certs, so BMO gets a TMPDIR of its own.
+fn bmo_tmp(lab: &Lab) -> PathBuf {
+    lab.state.join("bmo-tmp")
+}
+
 fn controller_spec(lab: &Lab, c: &Controller, args: &[String]) -> Spec {
     let mut spec = lab.spec(c.name, c.binary, args);
     if c.name == "bmo" {
-        // BMO's webhook server has no cert-dir flag (see cluster_api).
-        spec.env.push((
-            "TMPDIR".into(),
-            lab.state.join("bmo-tmp").display().to_string(),
-        ));
+        spec.env
+            .push(("TMPDIR".into(), bmo_tmp(lab).display().to_string()));
     }
     spec
 }

@@ -82,13 +82,14 @@ pub fn observe(lab: &Lab, ns: &str, xr: &str, host: &str) -> Observed {
         .kube
         .get("baremetalhost", host, Some(ns))
         .unwrap_or(Value::Null);
-    let xv = x.clone().unwrap_or(Value::Null);
+    let null = Value::Null;
+    let xv = x.as_ref().unwrap_or(&null);
     Observed {
         gone: x.is_none(),
-        phase: str_at(&xv, "/status/phase").to_string(),
-        nodes: str_at(&xv, "/status/nodes").to_string(),
-        xr_host: str_at(&xv, "/status/host/name").to_string(),
-        xr_host_state: str_at(&xv, "/status/host/provisioningState").to_string(),
+        phase: str_at(xv, "/status/phase").to_string(),
+        nodes: str_at(xv, "/status/nodes").to_string(),
+        xr_host: str_at(xv, "/status/host/name").to_string(),
+        xr_host_state: str_at(xv, "/status/host/provisioningState").to_string(),
         xr_host_on: xv
             .pointer("/status/host/poweredOn")
             .and_then(Value::as_bool)
