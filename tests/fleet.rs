@@ -474,16 +474,17 @@ fn each_worker_pool_gets_its_machines() {
     assert_eq!(d["worker-cpu"]["spec"]["replicas"], 1);
     // Host selector, NIC and range per pool.
     assert_eq!(
-        d["worker-gpu.machinetemplate"]["spec"]["template"]["spec"]["hostSelector"]["matchLabels"]
+        template(&d, "worker-gpu.machinetemplate")["spec"]["template"]["spec"]["hostSelector"]["matchLabels"]
             ["metal.kube.farm/pool"],
         "sm-4029-w"
     );
     assert_eq!(
-        d["worker-gpu.datatemplate"]["spec"]["networkData"]["links"]["ethernets"][0]["id"],
+        template(&d, "worker-gpu.datatemplate")["spec"]["networkData"]["links"]["ethernets"][0]["id"],
         "eno1np0"
     );
     assert_eq!(
-        d["worker-cpu.datatemplate"]["spec"]["networkData"]["links"]["ethernets"][0]["id"], "eno1",
+        template(&d, "worker-cpu.datatemplate")["spec"]["networkData"]["links"]["ethernets"][0]["id"],
+        "eno1",
         "defaults to spec.host.bootInterface"
     );
     assert_eq!(
@@ -491,14 +492,14 @@ fn each_worker_pool_gets_its_machines() {
         json!([{"start": "10.40.8.30", "end": "10.40.8.39"}])
     );
     // Only the gpu pool installs the driver; labels merge, pool label set.
-    let gpu_cfg = &d["worker-gpu.config"]["spec"]["template"]["spec"];
+    let gpu_cfg = &template(&d, "worker-gpu.config")["spec"]["template"]["spec"];
     assert!(
         gpu_cfg["preKubeadmCommands"]
             .to_string()
             .contains("NVIDIA-Linux-x86_64-580.95.05.run")
     );
     assert!(
-        d["worker-cpu.config"]["spec"]["template"]["spec"]
+        template(&d, "worker-cpu.config")["spec"]["template"]["spec"]
             .get("preKubeadmCommands")
             .is_none()
     );
@@ -557,7 +558,10 @@ fn every_claimed_host_is_protected_and_listed() {
     let reqs = rsp.requirements.as_ref().expect("requirements");
     let mut wanted: Vec<&String> = reqs.resources.keys().collect();
     wanted.sort();
-    assert_eq!(wanted, ["hosts", "hosts.rack1-cpu", "hosts.sm-4029-w"]);
+    assert_eq!(
+        wanted,
+        ["hosts", "hosts.rack1-cpu", "hosts.sm-4029-w", "machines"]
+    );
     let d = desired(&rsp);
     let mut protected: Vec<&str> = d
         .iter()
@@ -812,4 +816,180 @@ fn cilium_waits_for_the_control_plane_not_the_workers() {
     let rsp = compose(&fleet_request(&cp_only, &cp, Some(&[]), &[]));
     assert!(desired(&rsp).contains_key("cilium"));
     assert_eq!(desired_status(&rsp)["phase"], "InstallingCNI");
+}
+
+/// Each desired object as the API server would show it after applying,
+/// rolled out completely at `version` (status says so), keyed by its
+/// composition resource name.
+fn applied(d: &BTreeMap<String, Value>, cp_version: &str) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for (k, v) in d {
+        let mut v = v.clone();
+        v["metadata"]["generation"] = json!(3);
+        let replicas = v["spec"]["replicas"].as_i64().unwrap_or(1);
+        let kind = v["kind"].as_str().unwrap_or_default().to_string();
+        if kind == "KubeadmControlPlane" || kind == "MachineDeployment" {
+            v["status"] = json!({"observedGeneration": 3, "replicas": replicas, "readyReplicas": replicas, "upToDateReplicas": replicas});
+        }
+        if kind == "KubeadmControlPlane" {
+            v["status"]["version"] = json!(cp_version);
+        }
+        out.insert(k.clone(), v);
+    }
+    out
+}
+
+fn as_observed(m: &BTreeMap<String, Value>) -> BTreeMap<&str, Value> {
+    m.iter().map(|(k, v)| (k.as_str(), v.clone())).collect()
+}
+
+fn template_keys(d: &BTreeMap<String, Value>, set: &str) -> Vec<String> {
+    d.keys()
+        .filter(|k| metalplane::rollout::template_owner(k) == Some(set))
+        .cloned()
+        .collect()
+}
+
+/// Content-derived names: a change to one pool's labels makes new
+/// templates for that pool only; nothing else is renamed.
+#[test]
+fn a_pool_edit_renames_only_that_pools_templates() {
+    let before = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
+    let mut xr = fleet_xr();
+    xr["spec"]["workers"][1]["nodeLabels"] = json!({"rack": "b"});
+    let after = desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))));
+    for set in ["kubeadmcontrolplane", "worker-gpu"] {
+        assert_eq!(
+            template_keys(&before, set),
+            template_keys(&after, set),
+            "{set}"
+        );
+    }
+    let (b, a) = (
+        template_keys(&before, "worker-cpu"),
+        template_keys(&after, "worker-cpu"),
+    );
+    // The data and machine templates do not carry labels: only the config.
+    let changed: Vec<&String> = a.iter().filter(|k| !b.contains(k)).collect();
+    assert_eq!(changed.len(), 1, "{b:?} -> {a:?}");
+    assert!(changed[0].starts_with("worker-cpu.config."));
+    let md = &after["worker-cpu"]["spec"]["template"]["spec"]["bootstrap"]["configRef"]["name"];
+    assert_eq!(
+        md.as_str(),
+        template(&after, "worker-cpu.config")["metadata"]["name"].as_str()
+    );
+    // The same spec twice: the same names.
+    let again = desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))));
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        again.keys().collect::<Vec<_>>()
+    );
+}
+
+/// An upgrade: the control plane goes first; the pools keep their version
+/// and templates until KCP reports every machine at the new version, then
+/// roll; old templates stay until their set has rolled.
+#[test]
+fn an_upgrade_rolls_the_control_plane_first_then_the_pools() {
+    let old = fleet_xr();
+    let at_a = applied(
+        &desired(&compose(&request(&old, &BTreeMap::new(), Some(&[])))),
+        "v1.34.1",
+    );
+    let mut xr = old.clone();
+    xr["spec"]["kubernetes"]["version"] = json!("v1.35.0");
+    xr["spec"]["kubernetes"]["imageURL"] =
+        json!("http://10.40.8.10/images/ubuntu-2404-kube-v1.35.0.qcow2");
+
+    // 1. KCP is told B; the pools stay at A with their old templates.
+    let d = desired(&compose(&request(&xr, &as_observed(&at_a), Some(&[]))));
+    assert_eq!(d["kubeadmcontrolplane"]["spec"]["version"], "v1.35.0");
+    let new_cp =
+        d["kubeadmcontrolplane"]["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["name"]
+            .clone();
+    assert_ne!(
+        new_cp,
+        at_a["kubeadmcontrolplane"]["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["name"]
+    );
+    for pool in ["worker-gpu", "worker-cpu"] {
+        assert_eq!(
+            d[pool]["spec"]["template"], at_a[pool]["spec"]["template"],
+            "{pool} held"
+        );
+        for k in template_keys(&at_a, pool) {
+            assert!(d.contains_key(&k), "{pool}'s old {k} kept");
+        }
+    }
+    for k in template_keys(&at_a, "kubeadmcontrolplane") {
+        assert!(
+            d.contains_key(&k),
+            "the control plane's old {k} kept while it rolls"
+        );
+    }
+    let status = desired_status(&compose(&request(&xr, &as_observed(&at_a), Some(&[]))));
+    assert!(
+        status["kubernetes"].get("version").is_none(),
+        "{}",
+        status["kubernetes"]
+    );
+
+    // 2. KCP rolling (observed at B, status still A): pools still held.
+    let mut rolling = applied(&d, "v1.34.1");
+    rolling.insert("kubeadmcontrolplane".into(), {
+        let mut k = d["kubeadmcontrolplane"].clone();
+        k["metadata"]["generation"] = json!(4);
+        k["status"] = json!({"observedGeneration": 4, "replicas": 3, "readyReplicas": 2, "upToDateReplicas": 1, "version": "v1.34.1"});
+        k
+    });
+    let d2 = desired(&compose(&request(&xr, &as_observed(&rolling), Some(&[]))));
+    assert_eq!(
+        d2["worker-gpu"]["spec"]["template"],
+        at_a["worker-gpu"]["spec"]["template"]
+    );
+    for k in template_keys(&at_a, "kubeadmcontrolplane") {
+        assert!(d2.contains_key(&k), "{k} kept while KCP rolls");
+    }
+    let status = desired_status(&compose(&request(&xr, &as_observed(&rolling), Some(&[]))));
+    assert_eq!(status["kubernetes"]["controlPlane"]["version"], "v1.34.1");
+    assert_eq!(status["kubernetes"]["controlPlane"]["upToDate"], 1);
+
+    // 3. KCP done at B: the pools roll to B; the control plane's old
+    // templates go, the pools' old ones stay while the pools roll.
+    let cp_done = applied(&d2, "v1.35.0");
+    let d3 = desired(&compose(&request(&xr, &as_observed(&cp_done), Some(&[]))));
+    for pool in ["worker-gpu", "worker-cpu"] {
+        assert_eq!(
+            d3[pool]["spec"]["template"]["spec"]["version"], "v1.35.0",
+            "{pool}"
+        );
+        for k in template_keys(&at_a, pool) {
+            assert!(d3.contains_key(&k), "{pool}'s {k} kept until it rolled");
+        }
+    }
+    let fresh = desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))));
+    assert_eq!(
+        template_keys(&d3, "kubeadmcontrolplane"),
+        template_keys(&fresh, "kubeadmcontrolplane"),
+        "only the control plane's new templates once KCP is done"
+    );
+
+    // 4. Everything at B: only the new templates remain; status says B.
+    let done = applied(&d3, "v1.35.0");
+    let rsp = compose(&request(&xr, &as_observed(&done), Some(&[])));
+    let d4 = desired(&rsp);
+    for pool in ["worker-gpu", "worker-cpu"] {
+        assert_eq!(
+            template_keys(&d4, pool),
+            template_keys(&fresh, pool),
+            "{pool}"
+        );
+        assert_ne!(
+            template_keys(&d4, pool),
+            template_keys(&at_a, pool),
+            "{pool}"
+        );
+    }
+    let status = desired_status(&rsp);
+    assert_eq!(status["kubernetes"]["version"], "v1.35.0");
+    assert_eq!(status["kubernetes"]["workers"][0]["version"], "v1.35.0");
 }

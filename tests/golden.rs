@@ -78,8 +78,9 @@ fn ready_stage_with_observed_and_required() {
         .expect("yaml");
     assert_eq!(docs[0]["status"]["phase"], "Ready");
     assert_eq!(docs[0]["status"]["conditions"][0]["status"], "True");
-    // The graph, the CNI family with its three Usages, and the claimed host's Usage.
-    assert_eq!(docs.len(), 13);
+    // The graph (with its health check and reboot template), the CNI
+    // family with its three Usages, and the claimed host's Usage.
+    assert_eq!(docs.len(), 15);
 }
 
 #[test]

@@ -374,7 +374,7 @@ fn xrd_schema_is_generated_from_the_rust_types() {
     let rules = root["x-kubernetes-validations"].clone();
     assert_eq!(
         rules.as_array().map(Vec::len),
-        Some(metalplane::fields::rules().len())
+        Some(metalplane::fields::root_rules().len())
     );
 }
 
@@ -462,6 +462,28 @@ fn edited(v: &Value) -> Value {
     }
 }
 
+/// `edited`, but a version stays a version (the next minor one), and a
+/// bounded number stays in its range.
+fn edited_field(path: &str, v: &Value) -> Value {
+    match (path, v) {
+        ("kubernetes.version", Value::String(s)) => json!(next_minor(s)),
+        (_, Value::Number(n)) if path.ends_with("Days") || path.ends_with("Seconds") => {
+            json!(n.as_i64().unwrap_or(0) + 1)
+        }
+        _ => edited(v),
+    }
+}
+
+/// v1.34.1 -> v1.35.0.
+fn next_minor(v: &str) -> String {
+    let parts: Vec<u64> = v
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect();
+    format!("v{}.{}.0", parts[0], parts[1] + 1)
+}
+
 /// A JSON pointer to `path`, the first item of a list standing for `[]`.
 fn pointer(path: &str) -> String {
     format!("/{}", path.replace("[]", ".0").replace('.', "/"))
@@ -546,8 +568,18 @@ fn edit_rules_refuse_exactly_the_refused_fields() {
         let (parent_ptr, _) = ptr.rsplit_once('/').expect("path");
         let full = if parent_ptr.is_empty() || full.pointer(parent_ptr).is_some() {
             full.clone()
-        } else {
+        } else if fleet.pointer(parent_ptr).is_some() {
             fleet.clone()
+        } else {
+            // A section neither example sets (health, drain): given empty,
+            // then its field edited.
+            let mut f = fleet.clone();
+            let (grand, section) = parent_ptr.rsplit_once('/').expect("section");
+            f.pointer_mut(if grand.is_empty() { "" } else { grand })
+                .and_then(Value::as_object_mut)
+                .expect("spec")
+                .insert(section.into(), json!({}));
+            f
         };
         let mut new = full.clone();
         let before = full.pointer(&ptr).cloned().unwrap_or(Value::Null);
@@ -557,8 +589,39 @@ fn edit_rules_refuse_exactly_the_refused_fields() {
         } else {
             new.pointer_mut(parent)
         };
-        target.expect("parent exists in the example")[key] = edited(&before);
+        target.expect("parent exists in the example")[key] = edited_field(f.path, &before);
         let failed = refusals(&full, &new);
+        if f.class == metalplane::fields::Class::Rolling {
+            // Refused on the single node with the way to an upgradeable one;
+            // on the fleet it rolls: no rule refuses it.
+            if !f.path.contains("[]") && single.pointer(parent_ptr).is_some() {
+                let mut new = single.clone();
+                let before = single.pointer(&ptr).cloned().unwrap_or(Value::Null);
+                new.pointer_mut(parent).expect("parent")[key] = edited_field(f.path, &before);
+                let failed = refusals(&single, &new);
+                assert_eq!(failed.len(), 1, "spec.{}: {failed:?}", f.path);
+                assert_eq!(failed[0].0, format!(".{}", f.path));
+                assert!(failed[0].1.starts_with(&format!("spec.{} cannot", f.path)));
+                assert!(
+                    failed[0].1.contains(metalplane::fields::UPGRADEABLE_SINGLE),
+                    "{}",
+                    failed[0].1
+                );
+            }
+            if let Some(parent_in_fleet) = fleet.pointer(parent_ptr).cloned() {
+                let _ = parent_in_fleet;
+                let mut new = fleet.clone();
+                let before = fleet.pointer(&ptr).cloned().unwrap_or(Value::Null);
+                new.pointer_mut(parent).expect("parent")[key] = edited_field(f.path, &before);
+                let failed = refusals(&fleet, &new);
+                assert!(
+                    failed.is_empty(),
+                    "spec.{} rolls on a fleet, yet: {failed:?}",
+                    f.path
+                );
+            }
+            continue;
+        }
         match f.class {
             metalplane::fields::Class::Refused => {
                 assert_eq!(failed.len(), 1, "spec.{}: {failed:?}", f.path);
@@ -575,6 +638,7 @@ fn edit_rules_refuse_exactly_the_refused_fields() {
                     "says what to do instead"
                 );
             }
+            metalplane::fields::Class::Rolling => {}
             metalplane::fields::Class::InPlace => {
                 assert!(
                     failed.is_empty(),
@@ -617,4 +681,43 @@ fn edit_rules_refuse_exactly_the_refused_fields() {
     let mut new = full.clone();
     new.as_object_mut().map(|m| m.remove("inference"));
     assert!(refusals(&full, &new).is_empty());
+}
+
+/// The version skew rules on a fleet: one minor up (and patches) roll; a
+/// downgrade, a skipped minor and an edit while the last upgrade rolls
+/// are each refused by exactly one rule naming spec.kubernetes.version.
+#[test]
+fn version_edits_follow_the_skew_policy() {
+    let [single, fleet] = example_specs();
+    assert_eq!(fleet["kubernetes"]["version"], "v1.34.1");
+    let at = |spec: &Value, v: &str| {
+        let mut s = spec.clone();
+        s["kubernetes"]["version"] = json!(v);
+        s
+    };
+    let settled = json!({"phase": "Ready", "kubernetes": {"version": "v1.34.1"}});
+    let rolling = json!({"phase": "Upgrading", "kubernetes": {"controlPlane": {"version": "v1.33.4", "upToDate": 1, "desired": 3}}});
+    for ok in ["v1.34.2", "v1.35.0", "v1.35.7"] {
+        assert!(
+            refusals_with(&fleet, &at(&fleet, ok), &settled).is_empty(),
+            "{ok}"
+        );
+    }
+    for (to, status, says) in [
+        ("v1.34.0", &settled, "cannot go back"),
+        ("v1.33.9", &settled, "cannot go back"),
+        ("v1.36.0", &settled, "cannot skip a minor version"),
+        ("v2.0.0", &settled, "cannot skip a minor version"),
+        ("v1.35.0", &rolling, "while the last upgrade still rolls"),
+    ] {
+        let failed = refusals_with(&fleet, &at(&fleet, to), status);
+        assert_eq!(failed.len(), 1, "{to}: {failed:?}");
+        assert_eq!(failed[0].0, ".kubernetes.version", "{to}");
+        assert!(failed[0].1.starts_with("spec.kubernetes.version cannot"));
+        assert!(failed[0].1.contains(says), "{to}: {}", failed[0].1);
+    }
+    // A single node's version is fixed, by its own rule only.
+    let failed = refusals_with(&single, &at(&single, "v1.35.0"), &settled);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].1.contains(metalplane::fields::UPGRADEABLE_SINGLE));
 }

@@ -24,6 +24,26 @@ pub const DEFAULT_NODE_POOL: &str = "gpu";
 /// kube-vip serves the control plane's virtual IP; air-gapped sites name
 /// their mirror in `spec.controlPlane.kubeVipImage`.
 pub const DEFAULT_KUBE_VIP_IMAGE: &str = "ghcr.io/kube-vip/kube-vip:v1.0.0";
+/// kubeadm's certificates live one year; a rollable control plane rolls
+/// this many days before they expire (KCP's certificatesExpiryDays).
+pub const DEFAULT_RENEW_CERTIFICATES_DAYS: i64 = 30;
+/// A node NotReady (or Unknown) this long is remediated: long enough that
+/// a kubelet restart or a short network blip does not reboot a server.
+pub const DEFAULT_UNHEALTHY_AFTER_SECONDS: i64 = 300;
+/// A bare-metal machine may take this long from claim to a Ready node:
+/// POST, inspection-free provisioning and first boot of a GPU server with
+/// its driver build take tens of minutes, not the cloud's few.
+pub const DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS: i64 = 3600;
+/// CAPI's own recommendation: more unhealthy machines than this at once
+/// means a shared cause (switch, power), which reboots do not fix.
+pub const DEFAULT_MAX_UNHEALTHY: &str = "40%";
+/// A drain gives up after 10 minutes: inference servers drain in-flight
+/// requests and unload models within a few, and a PodDisruptionBudget that
+/// never allows an eviction must not stall a rollout or scale-down forever.
+pub const DEFAULT_NODE_DRAIN_TIMEOUT_SECONDS: i64 = 600;
+/// Volumes of a drained node get 5 minutes to detach before the machine is
+/// deleted anyway (CSI detach is seconds when the storage answers).
+pub const DEFAULT_NODE_VOLUME_DETACH_TIMEOUT_SECONDS: i64 = 300;
 
 fn default_pod_cidr() -> String {
     DEFAULT_POD_CIDR.into()
@@ -49,6 +69,24 @@ fn default_provider_config_name() -> String {
 fn yes() -> bool {
     true
 }
+fn default_renew_certificates_days() -> i64 {
+    DEFAULT_RENEW_CERTIFICATES_DAYS
+}
+fn default_unhealthy_after_seconds() -> i64 {
+    DEFAULT_UNHEALTHY_AFTER_SECONDS
+}
+fn default_node_startup_timeout_seconds() -> i64 {
+    DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
+}
+fn default_max_unhealthy() -> String {
+    DEFAULT_MAX_UNHEALTHY.into()
+}
+fn default_node_drain_timeout_seconds() -> i64 {
+    DEFAULT_NODE_DRAIN_TIMEOUT_SECONDS
+}
+fn default_node_volume_detach_timeout_seconds() -> i64 {
+    DEFAULT_NODE_VOLUME_DETACH_TIMEOUT_SECONDS
+}
 
 /// A Kubernetes cluster on BareMetalHosts: one node, or a control plane behind a virtual IP and pools of workers.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
@@ -71,6 +109,65 @@ pub struct MetalClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub workers: Vec<WorkerSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainSpec>,
+}
+
+/// Node health remediation: a MachineHealthCheck per machine set (the control plane, each pool) reboots an unhealthy machine's host through the bare metal operator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthSpec {
+    /// Set false to never remediate (no MachineHealthChecks).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// A node NotReady or Unknown this long is rebooted.
+    #[serde(default = "default_unhealthy_after_seconds")]
+    #[schemars(range(min = 30, max = 86400))]
+    pub unhealthy_after_seconds: i64,
+    /// A machine whose node has not joined this long after it was created is rebooted.
+    #[serde(default = "default_node_startup_timeout_seconds")]
+    #[schemars(range(min = 300, max = 86400))]
+    pub node_startup_timeout_seconds: i64,
+    /// Remediate only while at most this many machines of a set are unhealthy: a count or a percentage (e.g. 40%).
+    #[serde(default = "default_max_unhealthy")]
+    #[schemars(length(max = 4), pattern(r"^[0-9]+%?$"))]
+    pub max_unhealthy: String,
+}
+
+impl Default for HealthSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            unhealthy_after_seconds: default_unhealthy_after_seconds(),
+            node_startup_timeout_seconds: default_node_startup_timeout_seconds(),
+            max_unhealthy: default_max_unhealthy(),
+        }
+    }
+}
+
+/// Bounds on draining a node before its machine is deleted (rollouts, scale-down, remediation by replacement), on the control plane and every pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainSpec {
+    /// Give up evicting after this long (a PodDisruptionBudget cannot stall a rollout forever); 0 waits forever.
+    #[serde(default = "default_node_drain_timeout_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub node_drain_timeout_seconds: i64,
+    /// Give up waiting for the node's volumes to detach after this long; 0 waits forever.
+    #[serde(default = "default_node_volume_detach_timeout_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub node_volume_detach_timeout_seconds: i64,
+}
+
+impl Default for DrainSpec {
+    fn default() -> Self {
+        Self {
+            node_drain_timeout_seconds: default_node_drain_timeout_seconds(),
+            node_volume_detach_timeout_seconds: default_node_volume_detach_timeout_seconds(),
+        }
+    }
 }
 
 fn one() -> i64 {
@@ -251,6 +348,10 @@ pub struct KubernetesSpec {
     /// Format of the image.
     #[serde(default)]
     pub image_disk_format: DiskFormat,
+    /// A control plane behind a virtual IP rolls its machines (renewing kubeadm's one-year certificates) this many days before they expire.
+    #[serde(default = "default_renew_certificates_days")]
+    #[schemars(range(min = 7, max = 180))]
+    pub renew_certificates_days: i64,
 }
 
 /// The CNI installed into the new cluster.
@@ -396,7 +497,7 @@ pub struct MetalClusterStatus {
     pub host_pool: String,
     /// The Cluster's Available condition is True.
     pub control_plane_available: bool,
-    /// WaitingForHost, HostError (the claimed host reports an error), Provisioning, Bootstrapping, InstallingCNI, Ready, RollingOut (the control plane or a worker pool is adding, replacing or removing machines, or a machine is not ready yet); with inference JoiningFleet, InferenceReady.
+    /// WaitingForHost, HostError (the claimed host reports an error), Provisioning, Bootstrapping, InstallingCNI, Ready, RollingOut (the control plane or a worker pool is adding, replacing or removing machines, or a machine is not ready yet), Upgrading (a new Kubernetes version rolls: control plane first, then the pools), Remediating (an unhealthy machine is being rebooted); with inference JoiningFleet, InferenceReady.
     pub phase: String,
     /// The cluster in the Modelplane fleet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -418,6 +519,39 @@ pub struct MetalClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub workers: Vec<WorkerPoolStatus>,
+    /// Where the Kubernetes version stands on each machine set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesStatus>,
+    /// The earliest expiry of the control plane machines' certificates (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates_expiry_date: Option<String>,
+}
+
+/// The Kubernetes version of every machine set.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesStatus {
+    /// The version every machine runs; absent while an upgrade rolls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<SetVersion>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub workers: Vec<SetVersion>,
+}
+
+/// One machine set's version: what it is told to run, and how many of its machines are up to date with that.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetVersion {
+    /// The pool's name; absent for the control plane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The version its machines are built at (the control plane's: the oldest a machine runs, as KCP reports it).
+    pub version: String,
+    pub up_to_date: i64,
+    pub desired: i64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]

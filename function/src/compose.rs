@@ -12,9 +12,11 @@ use function_sdk_rust::resource::struct_to_json;
 use function_sdk_rust::response::{self, ResourceMatch};
 use serde_json::Value;
 
-use crate::builders::{capi, cni, fleet, ipam, lb, metal3, workers};
+use crate::builders::{capi, cni, fleet, health, ipam, lb, metal3, workers};
 use crate::hosts;
+use crate::machines;
 use crate::names::Names;
+use crate::rollout;
 use crate::spec::{self, MetalCluster};
 use crate::status::{self, Phase, Pool};
 
@@ -37,9 +39,12 @@ pub const TTL_READY: Duration = Duration::from_secs(60);
 pub fn ttl(phase: Phase, pool: &Pool<'_>) -> Duration {
     match phase {
         Phase::Ready | Phase::InferenceReady => TTL_READY,
-        Phase::Provisioning | Phase::Bootstrapping | Phase::InstallingCNI | Phase::RollingOut => {
-            TTL_MOVING
-        }
+        Phase::Provisioning
+        | Phase::Bootstrapping
+        | Phase::InstallingCNI
+        | Phase::RollingOut
+        | Phase::Upgrading
+        | Phase::Remediating => TTL_MOVING,
         Phase::WaitingForHost => match pool {
             Pool::Unclaimed {
                 claimable,
@@ -102,10 +107,7 @@ pub fn graph(
     names: &Names,
     families: Families,
 ) -> Vec<(Cow<'static, str>, Value)> {
-    let mut out: Vec<(Cow<'static, str>, Value)> = base_graph(mc, names, families)
-        .into_iter()
-        .map(|(n, v)| (Cow::Borrowed(n), v))
-        .collect();
+    let mut out = base_graph(mc, names, families);
     if let (true, Some(inf)) = (families.fleet, &mc.spec.inference) {
         let pools = fleet::node_pools(mc, names, inf);
         out.push((
@@ -135,41 +137,55 @@ pub fn graph(
     out
 }
 
-/// The control plane and the add-on families.
-fn base_graph(mc: &MetalCluster, names: &Names, families: Families) -> Vec<(&'static str, Value)> {
-    let mut out = vec![
-        ("ippool", ipam::ippool(mc, names)),
-        ("cluster", capi::cluster(mc, names)),
-        ("metal3cluster", metal3::metal3_cluster(mc, names)),
-        ("metal3machinetemplate", metal3::machine_template(mc, names)),
-        ("metal3datatemplate", metal3::data_template(mc, names)),
+/// The control plane, its health checks and the add-on families.
+fn base_graph(
+    mc: &MetalCluster,
+    names: &Names,
+    families: Families,
+) -> Vec<(Cow<'static, str>, Value)> {
+    let (templates, machine_template) = metal3::control_plane_templates(mc, names);
+    let mut out: Vec<(Cow<'static, str>, Value)> = vec![
+        (Cow::Borrowed("ippool"), ipam::ippool(mc, names)),
+        (Cow::Borrowed("cluster"), capi::cluster(mc, names)),
         (
-            "kubeadmcontrolplane",
-            capi::kubeadm_control_plane(mc, names),
+            Cow::Borrowed("metal3cluster"),
+            metal3::metal3_cluster(mc, names),
         ),
     ];
+    out.extend(templates.into_iter().map(|(n, v)| (Cow::Owned(n), v)));
+    out.push((
+        Cow::Borrowed(rollout::KCP),
+        capi::kubeadm_control_plane(mc, names, &machine_template),
+    ));
+    out.extend(
+        health::objects(mc, names)
+            .into_iter()
+            .map(|(n, v)| (Cow::Owned(n), v)),
+    );
+    let mut rest: Vec<(&'static str, Value)> = Vec::new();
     if families.cni {
-        out.push(("helm-providerconfig", cni::helm_provider_config(mc, names)));
-        out.push(("cilium", cni::cilium_release(mc, names)));
-        out.push(("cilium-needs-cluster", cni::cilium_usage(mc, names)));
-        out.push((
+        rest.push(("helm-providerconfig", cni::helm_provider_config(mc, names)));
+        rest.push(("cilium", cni::cilium_release(mc, names)));
+        rest.push(("cilium-needs-cluster", cni::cilium_usage(mc, names)));
+        rest.push((
             "cilium-needs-controlplane",
             cni::cilium_control_plane_usage(mc, names),
         ));
-        out.push((
+        rest.push((
             "cilium-needs-providerconfig",
             cni::cilium_provider_config_usage(mc, names),
         ));
     }
     if let (true, Some(lb_range)) = (families.lb, &mc.spec.network.load_balancer) {
-        out.push((
+        rest.push((
             "kubernetes-providerconfig",
             lb::workload_provider_config(mc, names),
         ));
-        out.push(("lb-pool", lb::pool(mc, names, lb_range)));
-        out.push(("lb-l2policy", lb::l2_policy(mc, names)));
-        out.extend(lb::usages(mc, names));
+        rest.push(("lb-pool", lb::pool(mc, names, lb_range)));
+        rest.push(("lb-l2policy", lb::l2_policy(mc, names)));
+        rest.extend(lb::usages(mc, names));
     }
+    out.extend(rest.into_iter().map(|(n, v)| (Cow::Borrowed(n), v)));
     out
 }
 
@@ -223,6 +239,7 @@ pub fn observed_resources(req: &RunFunctionRequest) -> BTreeMap<String, Value> {
                     let v = if READ_OBSERVED.contains(&k.as_str())
                         || workers::is_machine_deployment(k)
                         || k.starts_with(HOST_USAGE)
+                        || rollout::template_owner(k).is_some()
                     {
                         struct_to_json(s)
                     } else {
@@ -275,8 +292,17 @@ fn observed_condition_reason(xr: &Value, typ: &str) -> Option<String> {
         .map(String::from)
 }
 
-/// Runs the composition for one request.
+/// Runs the composition for one request, now.
 pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    compose_at(req, now)
+}
+
+/// Runs the composition for one request at `now` (Unix seconds): the
+/// clock only decides how many days the certificates have left.
+pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
     let Some(xr) = request::observed_composite(req).and_then(|r| r.resource.as_ref()) else {
         let mut rsp = response::to(req, TTL_WAITING);
         response::fatal(
@@ -300,8 +326,24 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
 
     let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
     let pool = status::pool_state(hosts.as_deref(), &names);
-    let phase = status::phase(&mc, &observed, &pool);
+    let machine_list =
+        request::get_required_resources(req, machines::MACHINES_REQUIREMENT).unwrap_or_default();
+    let remediating = !machines::unhealthy(&machine_list, &[]).is_empty();
+    let phase = status::phase(&mc, &observed, &pool, remediating);
     let mut rsp = response::to(req, ttl(phase, &pool));
+
+    // The cluster's Machines: who is being remediated, certificate expiry.
+    response::require_resources(
+        &mut rsp,
+        machines::MACHINES_REQUIREMENT,
+        machines::MACHINE_API_VERSION,
+        machines::MACHINE_KIND,
+        Some(ResourceMatch::Labels(std::collections::HashMap::from([(
+            workers::CLUSTER_NAME_LABEL.to_string(),
+            names.cluster.clone(),
+        )]))),
+        Some(mc.namespace.clone()),
+    );
 
     // BareMetalHosts are inventory: read, never composed.
     response::require_resources(
@@ -346,7 +388,17 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
             .filter_map(|(p, hs)| Some((p, hs?)))
             .collect();
 
-    for (name, manifest) in graph(&mc, &names, families(&observed)) {
+    let mut desired = graph(&mc, &names, families(&observed));
+    // Workers follow the control plane's version, never lead it.
+    let cp_at_version = rollout::control_plane_at_version(&mc, &observed);
+    for (name, manifest) in desired.iter_mut() {
+        if workers::is_machine_deployment(name) {
+            rollout::hold_pool(manifest, observed.get(name.as_ref()), cp_at_version);
+        }
+    }
+    let kept = rollout::kept_templates(&desired, &observed);
+    desired.extend(kept.into_iter().map(|(n, v)| (Cow::Owned(n), v)));
+    for (name, manifest) in desired {
         let Value::Object(map) = manifest else {
             continue;
         };
@@ -403,7 +455,11 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
         protect(&mut rsp, &mc, &resource, &name, host, &names.cluster);
     }
 
-    let xr_status = status::xr_status(&mc, &names, &observed, &pool, &claimed);
+    let seen = status::MachinesSeen {
+        unhealthy: machines::unhealthy(&machine_list, &claimed),
+        expiry: machines::earliest_certificate_expiry(&machine_list),
+    };
+    let xr_status = status::xr_status(&mc, &names, &observed, &pool, &claimed, &seen);
     let composite = response::desired_composite(&mut rsp);
     // A map-shaped status always serializes; the error arm is unreachable.
     let _ = function_sdk_rust::resource::update_status(composite, &xr_status);
@@ -419,7 +475,78 @@ pub fn compose(req: &RunFunctionRequest) -> RunFunctionResponse {
     if let Some(gpu) = &mc.spec.gpu {
         driver_condition(&mut rsp, &xr, gpu.driver_installer_checksum.is_some());
     }
+    if mc.spec.health.enabled {
+        health_condition(&mut rsp, &seen.unhealthy);
+    }
+    certificates_condition(&mut rsp, &xr, &mc, seen.expiry.as_ref(), now);
     rsp
+}
+
+pub const NODES_HEALTHY: &str = "NodesHealthy";
+pub const CERTIFICATES_VALID: &str = "CertificatesValid";
+pub const CERTIFICATES_EXPIRING: &str = "ExpiringSoon";
+
+/// `NodesHealthy`: every machine the MachineHealthChecks found unhealthy,
+/// its host and why, while it is remediated.
+fn health_condition(rsp: &mut RunFunctionResponse, unhealthy: &[machines::Unhealthy]) {
+    if unhealthy.is_empty() {
+        response::condition_true(rsp, NODES_HEALTHY, "AllHealthy").message =
+            Some("no machine is unhealthy".into());
+        return;
+    }
+    let items: Vec<String> = unhealthy
+        .iter()
+        .map(|u| match &u.host {
+            Some(h) => format!("machine {} on host {h}: {}", u.machine, u.why),
+            None => format!("machine {}: {}", u.machine, u.why),
+        })
+        .collect();
+    response::condition_false(rsp, NODES_HEALTHY, "Remediating").message = Some(format!(
+        "remediating (rebooting the host through the bare metal operator): {}",
+        status::first_n_and_more(items, 5)
+    ));
+}
+
+/// `CertificatesValid`: when the control plane's earliest certificate
+/// expires, and who renews it (KCP's rollout, or the user for a single
+/// node that cannot roll); a Warning when it falls under 30 days.
+fn certificates_condition(
+    rsp: &mut RunFunctionResponse,
+    xr: &Value,
+    mc: &MetalCluster,
+    expiry: Option<&(String, i64)>,
+    now: i64,
+) {
+    let Some((date, at)) = expiry else {
+        response::condition_unknown(rsp, CERTIFICATES_VALID, "NotReported").message =
+            Some("no control plane machine reports its certificates' expiry yet".into());
+        return;
+    };
+    let days = machines::days_left(*at, now);
+    let renewal = if mc.spec.rollable() {
+        format!(
+            "the control plane rolls onto new machines (new certificates) {} days before",
+            mc.spec.kubernetes.renew_certificates_days
+        )
+    } else {
+        "a single node cannot roll: renew them by hand before then (docs/day2.md, Certificates)"
+            .to_string()
+    };
+    let msg =
+        format!("the control plane's certificates expire on {date}, in {days} days; {renewal}");
+    if days < machines::EXPIRY_WARNING_DAYS {
+        warn_on_transition(
+            rsp,
+            xr,
+            CERTIFICATES_VALID,
+            CERTIFICATES_EXPIRING,
+            msg.clone(),
+        );
+        response::condition_false(rsp, CERTIFICATES_VALID, CERTIFICATES_EXPIRING).message =
+            Some(msg);
+    } else {
+        response::condition_true(rsp, CERTIFICATES_VALID, "Valid").message = Some(msg);
+    }
 }
 
 /// Whose a Metal3Machine is, by its name: Machines, and so their

@@ -133,3 +133,72 @@ pub fn longest_derived(xr: &str) -> String {
         .map(|n| n.to_string())
         .unwrap_or_default()
 }
+
+/// Hex digits of the content hash in a template's name.
+pub const CONTENT_HASH_LEN: usize = 8;
+
+/// `<base>-<hash>`: the name of a machine-building template, derived from
+/// its content (sha256 over the JSON with sorted keys, so neither map
+/// order nor formatting changes it). Cluster API rolls machines only when
+/// a template reference changes, and CAPM3's templates are immutable: a
+/// new content is a new template, and the name changes exactly when the
+/// content does.
+pub fn content_name(base: &str, content: &serde_json::Value) -> String {
+    use sha2::{Digest, Sha256};
+    let mut canonical = String::new();
+    write_canonical(content, &mut canonical);
+    let digest = Sha256::digest(canonical.as_bytes());
+    let hex: String = digest
+        .iter()
+        .take(CONTENT_HASH_LEN / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{base}-{hex}")
+}
+
+fn write_canonical(v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&m[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn content_names_change_exactly_with_the_content() {
+        let a = json!({"spec": {"x": 1, "y": [1, 2]}});
+        let same = json!({"spec": {"y": [1, 2], "x": 1}});
+        let other = json!({"spec": {"x": 2, "y": [1, 2]}});
+        assert_eq!(content_name("t", &a), content_name("t", &same));
+        assert_ne!(content_name("t", &a), content_name("t", &other));
+        assert_eq!(content_name("t", &a).len(), "t-".len() + CONTENT_HASH_LEN);
+    }
+}

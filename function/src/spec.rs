@@ -47,6 +47,16 @@ pub struct Spec {
     /// Whether `spec.controlPlane` is given (VIP and address range).
     pub fleet: bool,
     pub workers: Vec<Worker>,
+    pub health: api::HealthSpec,
+    pub drain: api::DrainSpec,
+}
+
+impl Spec {
+    /// Whether the control plane can roll onto new machines: it sits behind
+    /// a virtual IP (kube-vip), so no machine holds the API endpoint.
+    pub fn rollable(&self) -> bool {
+        self.control_plane.vip_image.is_some()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +73,7 @@ pub struct Kubernetes {
     pub image_checksum: Option<String>,
     pub image_checksum_type: String,
     pub image_disk_format: String,
+    pub renew_certificates_days: i64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -192,6 +203,16 @@ fn check(
         namespace,
     );
     let node_pool = crate::inference::node_pool(p, spec.inference.as_ref(), inference.as_ref());
+    let health = spec.health.clone().unwrap_or_default();
+    if let Some(pct) = health.max_unhealthy.strip_suffix('%')
+        && pct.parse::<u32>().is_ok_and(|v| v > 100)
+    {
+        p.fail(
+            "spec.health.maxUnhealthy",
+            Some(&Value::String(health.max_unhealthy.clone())),
+            "must be a count or a percentage of at most 100%",
+        );
+    }
 
     Some(Spec {
         host: Host {
@@ -211,6 +232,8 @@ fn check(
         control_plane: control_plane?,
         fleet,
         workers,
+        health,
+        drain: spec.drain.clone().unwrap_or_default(),
     })
 }
 
@@ -255,6 +278,7 @@ fn parse_kubernetes(p: &mut Problems, k: &api::KubernetesSpec) -> Option<Kuberne
         image_checksum: checksum,
         image_checksum_type: checksum_type.to_string(),
         image_disk_format: disk_format.to_string(),
+        renew_certificates_days: k.renew_certificates_days,
     })
 }
 

@@ -94,6 +94,12 @@ pub enum Phase {
     /// The API and CNI are up; the control plane or a worker pool is
     /// adding, replacing or removing machines, or a machine is not ready.
     RollingOut,
+    /// A new Kubernetes version rolls: the control plane first, then the
+    /// worker pools.
+    Upgrading,
+    /// A MachineHealthCheck found a machine unhealthy; its host is being
+    /// rebooted (or the machine replaced).
+    Remediating,
     /// CNI installed; Modelplane is adopting the cluster.
     JoiningFleet,
     InferenceReady,
@@ -109,6 +115,8 @@ impl Phase {
             Phase::InstallingCNI => "InstallingCNI",
             Phase::Ready => "Ready",
             Phase::RollingOut => "RollingOut",
+            Phase::Upgrading => "Upgrading",
+            Phase::Remediating => "Remediating",
             Phase::JoiningFleet => "JoiningFleet",
             Phase::InferenceReady => "InferenceReady",
         }
@@ -235,7 +243,84 @@ pub fn machines_complete(mc: &MetalCluster, observed: &BTreeMap<String, Value>) 
         .all(|((_, r), w)| r.is_some_and(|r| r.complete() && r.desired == i64::from(w.replicas)))
 }
 
-pub fn phase(mc: &MetalCluster, observed: &BTreeMap<String, Value>, pool: &Pool<'_>) -> Phase {
+/// Whether a machine set is told, or still runs, another version than the
+/// spec's: the KubeadmControlPlane's status or a pool's MachineDeployment
+/// (held at its version until the control plane is done).
+pub fn upgrading(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> bool {
+    let v = mc.spec.kubernetes.version.as_str();
+    let cp = observed
+        .get(crate::rollout::KCP)
+        .and_then(|k| k.pointer("/status/version"))
+        .and_then(Value::as_str)
+        .is_some_and(|cv| cv != v);
+    cp || mc.spec.workers.iter().any(|w| {
+        observed
+            .get(&crate::builders::workers::resource_name(w))
+            .and_then(crate::rollout::md_version)
+            .is_some_and(|mv| mv != v)
+    })
+}
+
+/// One set's version and counts, as `status.kubernetes` shows them.
+fn set_version(
+    name: Option<String>,
+    version: Option<&str>,
+    r: Option<Rollout>,
+    desired: i64,
+) -> api::SetVersion {
+    api::SetVersion {
+        name,
+        version: version.unwrap_or_default().into(),
+        up_to_date: r.map_or(0, |r| r.up_to_date),
+        desired,
+    }
+}
+
+/// Where the Kubernetes version stands: each set's version (the control
+/// plane's as KCP reports it, the oldest its machines run) and up-to-date
+/// count; `version` only once every set runs the spec's version with every
+/// machine up to date (no upgrade rolling).
+pub fn kubernetes_status(
+    mc: &MetalCluster,
+    observed: &BTreeMap<String, Value>,
+) -> Option<api::KubernetesStatus> {
+    let kcp = observed.get(crate::rollout::KCP)?;
+    let v = mc.spec.kubernetes.version.as_str();
+    let cp_rollout = rollout(Some(kcp));
+    let cp = set_version(
+        None,
+        kcp.pointer("/status/version").and_then(Value::as_str),
+        cp_rollout,
+        i64::from(mc.spec.control_plane.replicas),
+    );
+    let settled = |r: Option<Rollout>| r.is_some_and(|r| r.settled);
+    let mut done = cp.version == v && settled(cp_rollout);
+    let mut workers = Vec::new();
+    for w in &mc.spec.workers {
+        let md = observed.get(&crate::builders::workers::resource_name(w));
+        let r = rollout(md);
+        let sv = set_version(
+            Some(w.name.clone()),
+            md.and_then(crate::rollout::md_version),
+            r,
+            i64::from(w.replicas),
+        );
+        done &= sv.version == v && settled(r);
+        workers.push(sv);
+    }
+    Some(api::KubernetesStatus {
+        version: done.then(|| v.to_string()),
+        control_plane: Some(cp),
+        workers,
+    })
+}
+
+pub fn phase(
+    mc: &MetalCluster,
+    observed: &BTreeMap<String, Value>,
+    pool: &Pool<'_>,
+    remediating: bool,
+) -> Phase {
     let inference = mc.spec.inference.is_some();
     if let Pool::Claimed(h) = pool
         && hosts::error(h).is_some()
@@ -246,9 +331,16 @@ pub fn phase(mc: &MetalCluster, observed: &BTreeMap<String, Value>, pool: &Pool<
         if !is_ready("cilium", observed.get("cilium")) {
             return Phase::InstallingCNI;
         }
+        if remediating {
+            return Phase::Remediating;
+        }
         // Not complete: rolling out, scaling, or machines not ready yet.
         if !machines_complete(mc, observed) {
-            return Phase::RollingOut;
+            return if upgrading(mc, observed) {
+                Phase::Upgrading
+            } else {
+                Phase::RollingOut
+            };
         }
         match (
             inference,
@@ -330,6 +422,7 @@ pub fn xr_status(
     observed: &BTreeMap<String, Value>,
     pool: &Pool<'_>,
     claimed: &[&Value],
+    machines: &MachinesSeen,
 ) -> api::MetalClusterStatus {
     let multi = mc.spec.fleet || !mc.spec.workers.is_empty();
     api::MetalClusterStatus {
@@ -357,7 +450,11 @@ pub fn xr_status(
         kubeconfig_secret: names.kubeconfig_secret.clone(),
         host_pool: mc.spec.host.pool.clone(),
         control_plane_available: is_ready("cluster", observed.get("cluster")),
-        phase: phase(mc, observed, pool).as_str().into(),
+        phase: phase(mc, observed, pool, !machines.unhealthy.is_empty())
+            .as_str()
+            .into(),
+        kubernetes: kubernetes_status(mc, observed),
+        certificates_expiry_date: machines.expiry.as_ref().map(|(s, _)| s.clone()),
         control_plane: rollout(observed.get("kubeadmcontrolplane")).map(rollout_status),
         host: match pool {
             Pool::Claimed(h) => Some(host_summary(h)),
@@ -381,6 +478,14 @@ pub fn xr_status(
             },
         }),
     }
+}
+
+/// What the function read from the cluster's Machines.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MachinesSeen {
+    pub unhealthy: Vec<crate::machines::Unhealthy>,
+    /// The earliest control plane certificate expiry (RFC 3339, seconds).
+    pub expiry: Option<(String, i64)>,
 }
 
 /// The label selector of the pool's BareMetalHosts.

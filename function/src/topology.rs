@@ -239,6 +239,19 @@ pub fn check(
     for (i, w) in workers.iter().enumerate() {
         ranges.push((format!("spec.workers[{i}].addresses"), w.addresses));
     }
+    // A one-machine control plane behind a VIP rolls by adding the new
+    // machine first: it needs an address for it.
+    if let Some(cp) = cp
+        && cp.replicas == 1
+        && cp.vip_image.is_some()
+        && cp.addresses.size() < 2
+    {
+        out.push(err(
+            "spec.controlPlane.addresses",
+            cp.addresses.to_string(),
+            "holds 1 address: a one-machine control plane behind an endpoint needs 2, since its rollouts (upgrades, certificate renewal) add the new machine before removing the old".into(),
+        ));
+    }
     if let Some(cp) = cp
         && u64::from(cp.replicas) > cp.addresses.size()
     {

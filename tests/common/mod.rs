@@ -574,3 +574,19 @@ pub fn start_function(
     wait_listening(port, "the function");
     (proc, port)
 }
+
+/// The one desired template composed as `<prefix>.<content hash>`; panics
+/// when there is none or more than one.
+pub fn template<'a>(d: &'a BTreeMap<String, Value>, prefix: &str) -> &'a Value {
+    let found: Vec<&Value> = d
+        .iter()
+        .filter(|(k, _)| {
+            k.strip_prefix(prefix)
+                .and_then(|r| r.strip_prefix('.'))
+                .is_some_and(|h| h.len() == metalplane::names::CONTENT_HASH_LEN)
+        })
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(found.len(), 1, "one {prefix}.<hash> in {:?}", d.keys());
+    found[0]
+}

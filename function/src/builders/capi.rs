@@ -34,7 +34,7 @@ pub fn cluster(mc: &MetalCluster, names: &Names) -> Value {
     )
 }
 
-pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names) -> Value {
+pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names, machine_template: &str) -> Value {
     let node_registration = bootstrap::node_registration(mc);
     let mut init = json!({"nodeRegistration": node_registration});
     if mc.spec.network.replaces_kube_proxy() {
@@ -63,21 +63,49 @@ pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names) -> Value {
     let mut spec = json!({
             "replicas": replicas,
             "version": mc.spec.kubernetes.version,
-            "machineTemplate": {"spec": {"infrastructureRef": {
-                "apiGroup": metal3::API_GROUP,
-                "kind": "Metal3MachineTemplate",
-                "name": names.machine_template,
-            }}},
+            "machineTemplate": {"spec": {
+                "infrastructureRef": {
+                    "apiGroup": metal3::API_GROUP,
+                    "kind": "Metal3MachineTemplate",
+                    "name": machine_template,
+                },
+                "deletion": deletion(mc),
+            }},
             "kubeadmConfigSpec": config,
     });
-    if replicas >= 3 {
-        // Scale in first: a rollout needs no spare host or address, and
-        // etcd keeps its quorum with one member of three (or five) gone.
-        spec["rollout"] =
-            json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0}}});
+    if mc.spec.rollable() {
+        // Scale in first with 3 or 5: a rollout needs no spare host or
+        // address, and etcd keeps its quorum with one member gone. One
+        // machine behind the VIP must add its successor first (a surge of
+        // one: a spare host and the range's second address).
+        let surge = if replicas >= 3 { 0 } else { 1 };
+        spec["rollout"] = json!({
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge}},
+            // kubeadm's certificates live a year: roll before they expire.
+            "before": {"certificatesExpiryDays": mc.spec.kubernetes.renew_certificates_days},
+        });
+    }
+    if mc.spec.health.enabled {
+        // After the MachineHealthCheck's reboots failed, KCP replaces the
+        // machine: at most 3 times, 5 minutes apart, and a machine healthy
+        // for an hour starts afresh.
+        spec["remediation"] = json!({
+            "maxRetry": 3,
+            "retryPeriodSeconds": 300,
+            "minHealthyPeriodSeconds": 3600,
+        });
     }
     with_spec(
         object(mc, KCP_API_VERSION, "KubeadmControlPlane", &names.cluster),
         spec,
     )
+}
+
+/// How long deleting a machine may wait for its node's drain and volume
+/// detach (spec.drain), on the control plane and every pool.
+pub fn deletion(mc: &MetalCluster) -> Value {
+    json!({
+        "nodeDrainTimeoutSeconds": mc.spec.drain.node_drain_timeout_seconds,
+        "nodeVolumeDetachTimeoutSeconds": mc.spec.drain.node_volume_detach_timeout_seconds,
+    })
 }

@@ -26,13 +26,44 @@ pub fn metal3_cluster(mc: &MetalCluster, names: &Names) -> Value {
     )
 }
 
-/// The control plane's machine template.
-pub fn machine_template(mc: &MetalCluster, names: &Names) -> Value {
-    template(
-        mc,
-        &names.machine_template,
-        &names.data_template,
-        &mc.spec.host.pool,
+/// Composition resource names of the control plane's templates; with a
+/// rollable control plane the name carries the content hash.
+pub const CP_MACHINE_TEMPLATE: &str = "metal3machinetemplate";
+pub const CP_DATA_TEMPLATE: &str = "metal3datatemplate";
+
+/// The control plane's data and machine templates, as (composition
+/// resource name, manifest), and the machine template's name for KCP. A
+/// single node keeps the original configuration's fixed names (it never
+/// rolls); a control plane behind a VIP names them by content, so that a
+/// change makes new templates and KCP rolls onto them.
+pub fn control_plane_templates(mc: &MetalCluster, names: &Names) -> ([(String, Value); 2], String) {
+    let pool = &mc.spec.host.pool;
+    let iface = &mc.spec.host.boot_interface;
+    if !mc.spec.rollable() {
+        let data = network_data(mc, names, &names.data_template, iface, &names.ippool);
+        let machine = template(mc, &names.machine_template, &names.data_template, pool);
+        return (
+            [
+                (CP_DATA_TEMPLATE.into(), data),
+                (CP_MACHINE_TEMPLATE.into(), machine),
+            ],
+            names.machine_template.clone(),
+        );
+    }
+    let base = &names.machine_template;
+    let mut data = network_data(mc, names, base, iface, &names.ippool);
+    let data_name = super::name_by_content(&mut data, base);
+    let mut machine = template(mc, base, &data_name, pool);
+    let machine_name = super::name_by_content(&mut machine, base);
+    (
+        [
+            (super::template_resource(CP_DATA_TEMPLATE, &data_name), data),
+            (
+                super::template_resource(CP_MACHINE_TEMPLATE, &machine_name),
+                machine,
+            ),
+        ],
+        machine_name,
     )
 }
 
@@ -60,17 +91,6 @@ pub fn template(mc: &MetalCluster, name: &str, data_template: &str, pool: &str) 
                 "image": image,
             }},
         }),
-    )
-}
-
-/// The control plane's data template.
-pub fn data_template(mc: &MetalCluster, names: &Names) -> Value {
-    network_data(
-        mc,
-        names,
-        &names.data_template,
-        &mc.spec.host.boot_interface,
-        &names.ippool,
     )
 }
 

@@ -5,6 +5,7 @@ pub mod bootstrap;
 pub mod capi;
 pub mod cni;
 pub mod fleet;
+pub mod health;
 pub mod ipam;
 pub mod lb;
 pub mod metal3;
@@ -33,6 +34,22 @@ pub(crate) fn with_spec(mut obj: Value, spec: Value) -> Value {
         m.insert("spec".into(), spec);
     }
     obj
+}
+
+/// A template named after its content (`<base>-<hash of its spec>`, see
+/// `names::content_name`): returns its name, set on the object too.
+pub(crate) fn name_by_content(obj: &mut Value, base: &str) -> String {
+    let name = crate::names::content_name(base, &obj["spec"]);
+    obj["metadata"]["name"] = Value::String(name.clone());
+    name
+}
+
+/// The composition resource name of a content-named template: its set's
+/// prefix, its kind and the name's hash (`<prefix>.<hash>`), so that the
+/// old and the new template of a rollout are two resources.
+pub(crate) fn template_resource(prefix: &str, name: &str) -> String {
+    let hash = &name[name.len().saturating_sub(crate::names::CONTENT_HASH_LEN)..];
+    format!("{prefix}.{hash}")
 }
 
 pub const USAGE_API_VERSION: &str = "protection.crossplane.io/v1beta1";
