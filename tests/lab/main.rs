@@ -17,6 +17,7 @@ use xtask::lab::observe::{self, Inventory, Observed};
 use xtask::lab::{Lab, procs};
 
 mod bad_input;
+mod day2;
 mod edits;
 mod hosts;
 mod inference;
@@ -29,6 +30,7 @@ mod support;
 mod teardown;
 
 use bad_input::*;
+use day2::*;
 use edits::*;
 use hosts::*;
 use inference::*;

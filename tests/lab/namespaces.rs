@@ -1,6 +1,7 @@
 //! Scenario `inventory-any-namespace`: an inventory and its MetalCluster in
 //! a namespace of the user's choosing (not the lab's `metal`) provision,
-//! reach Ready and give the host back, as they do in `metal`.
+//! reach Ready, have their wedged node rebooted (remediation of a single
+//! node) and give the host back, as they do in `metal`.
 
 use super::*;
 
@@ -16,6 +17,7 @@ fn r630_xr() -> Result<Value, String> {
     xr["metadata"]["namespace"] = json!(LAB_NS);
     xr["spec"]["host"]["pool"] = json!(R630);
     xr["spec"]["network"]["nodeIP"] = json!("192.168.120.71");
+    xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 30});
     Ok(xr)
 }
 
@@ -48,6 +50,14 @@ pub(crate) fn inventory_any_namespace(lab: &Lab) -> Outcome {
     })
     .map_err(|e| e.to_string())?;
     phases_in_order(&phases)?;
+    // A single node is remediated the same way: its host rebooted by BMO.
+    let machine = machines_in(lab, LAB_NS, &format!("{R630}-cluster"))
+        .into_iter()
+        .next()
+        .ok_or("no Machine of r630")?;
+    day2_step("remediate (single node)", || {
+        remediate(lab, LAB_NS, R630, &machine, R630)
+    })?;
     lab.kube
         .run(&["delete", "metalcluster", R630, "-n", LAB_NS, "--wait=false"])
         .map_err(|e| e.to_string())?;

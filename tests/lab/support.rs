@@ -416,8 +416,11 @@ pub(crate) fn every_refused_field_edited<'a>(
     edited: impl Iterator<Item = &'a str> + Clone,
     fleet: bool,
 ) -> Outcome {
+    use metalplane::fields::Class;
     for f in metalplane::fields::FIELDS {
-        if f.class == metalplane::fields::Class::Refused && is_fleet_field(f.path) == fleet {
+        // A single node refuses what a fleet rolls.
+        let refused = f.class == Class::Refused || (!fleet && f.class == Class::Rolling);
+        if refused && is_fleet_field(f.path) == fleet {
             check(edited.clone().any(|p| p == f.path), || {
                 format!("no live edit of the refused field spec.{}", f.path)
             })?;

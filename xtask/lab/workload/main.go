@@ -73,6 +73,13 @@ const (
 	etcdLeader    = "etcd.inmemory.infrastructure.cluster.x-k8s.io/leader-from"
 	hostAnnot     = "metal3.io/BareMetalHost"
 	requeue       = 2 * time.Second
+	// wedged, on a Machine, stands for a node whose kubelet stopped (a
+	// kernel panic, a wedged kubelet): the node stays NotReady until its
+	// host is rebooted, as such a server would. Set by the lab's tests.
+	wedged = "lab.metal.kube.farm/wedged"
+	// CAPM3's remediation powers a host off with annotations of this
+	// prefix (BMO's reboot API) and removes them to power it on again.
+	rebootAnnot = "reboot.metal3.io"
 )
 
 type booted struct {
@@ -198,6 +205,24 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
+	// A host powered off (or asked to be, by BMO's reboot API) has no
+	// running kubelet; a reboot clears a wedged kubelet.
+	on, _, _ := unstructured.NestedBool(bmh.Object, "status", "poweredOn")
+	rebooting := false
+	for k := range bmh.GetAnnotations() {
+		if strings.HasPrefix(k, rebootAnnot) {
+			rebooting = true
+		}
+	}
+	if _, ok := m.Annotations[wedged]; ok && (!on || rebooting) {
+		patch := client.MergeFrom(m.DeepCopy())
+		delete(m.Annotations, wedged)
+		if err := r.Patch(ctx, m, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	_, stuck := m.Annotations[wedged]
+	ready := on && !rebooting && !stuck
 	nodeName, labels, taints := registration(cfg, m, bmh)
 	mem := r.memory.GetResourceGroup(wcl).GetClient()
 	cp := util.IsControlPlaneMachine(m)
@@ -212,7 +237,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
 		}
 	}
-	if err := kubelet(ctx, mem, nodeName, labels, taints); err != nil {
+	if err := kubelet(ctx, mem, nodeName, labels, taints, m.Spec.Version, ready); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.mu.Lock()
@@ -224,6 +249,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.mu.Unlock()
 	// The kubelet renews its lease; KCP and the Machine controller read it.
+	// A node that is down is looked at every second: its host's reboot
+	// may be short.
+	if !ready {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
 }
 
@@ -934,21 +964,64 @@ func ca(ctx context.Context, c client.Client, cluster client.ObjectKey, purpose 
 	return cert, k, nil
 }
 
-// kubelet registers the node, Ready, and renews its lease.
-func kubelet(ctx context.Context, mem inmemoryruntime.Client, name string, labels map[string]string, taints []corev1.Taint) error {
+// kubelet registers the node with the kubelet's version (the Machine's,
+// as the node image carries it) and reports it Ready while it runs,
+// renewing its lease; a node that is down turns Unknown, as the node
+// lifecycle controller marks a node whose kubelet stopped posting.
+func kubelet(ctx context.Context, mem inmemoryruntime.Client, name string, labels map[string]string, taints []corev1.Taint, version string, ready bool) error {
 	now := metav1.Now()
+	readiness := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now}
+	if !ready {
+		readiness = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.", LastHeartbeatTime: now, LastTransitionTime: now}
+	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec:       corev1.NodeSpec{Taints: taints},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
-			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now},
-			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
-			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
-			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
-		}},
+		Status: corev1.NodeStatus{
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: version, KubeProxyVersion: version, OperatingSystem: "linux", Architecture: "amd64"},
+			Conditions: []corev1.NodeCondition{
+				readiness,
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+				{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
+				{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
+			},
+		},
 	}
-	if err := create(ctx, mem, node); err != nil {
+	current := &corev1.Node{}
+	if err := mem.Get(ctx, client.ObjectKeyFromObject(node), current); apierrors.IsNotFound(err) {
+		if err := create(ctx, mem, node); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
+	} else {
+		// The status as this kubelet posts it: readiness only when it
+		// changes (its transition time matters to health checks).
+		changed := current.Status.NodeInfo.KubeletVersion != version
+		current.Status.NodeInfo = node.Status.NodeInfo
+		found := false
+		for i, c := range current.Status.Conditions {
+			if c.Type != corev1.NodeReady {
+				continue
+			}
+			found = true
+			if c.Status != readiness.Status {
+				current.Status.Conditions[i] = readiness
+				changed = true
+			}
+		}
+		if !found {
+			current.Status.Conditions = append(current.Status.Conditions, readiness)
+			changed = true
+		}
+		if changed {
+			if err := mem.Update(ctx, current); err != nil {
+				return err
+			}
+		}
+	}
+	if !ready {
+		return nil
 	}
 	renew := metav1.NewMicroTime(time.Now())
 	seconds := int32(40)
@@ -956,14 +1029,14 @@ func kubelet(ctx context.Context, mem inmemoryruntime.Client, name string, label
 		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &seconds, RenewTime: &renew},
 	}
-	current := &coordinationv1.Lease{}
-	if err := mem.Get(ctx, client.ObjectKeyFromObject(lease), current); apierrors.IsNotFound(err) {
+	currentLease := &coordinationv1.Lease{}
+	if err := mem.Get(ctx, client.ObjectKeyFromObject(lease), currentLease); apierrors.IsNotFound(err) {
 		return create(ctx, mem, lease)
 	} else if err != nil {
 		return err
 	}
-	current.Spec.RenewTime = &renew
-	return mem.Update(ctx, current)
+	currentLease.Spec.RenewTime = &renew
+	return mem.Update(ctx, currentLease)
 }
 
 // shutdownIfHostGone powers the node down once its host left provisioned.

@@ -1,0 +1,553 @@
+//! Day 2 on a running cluster, as the lab shows it: `upgrade` (the fleet
+//! to the next minor version, control plane first), `pool-roll` (one
+//! pool's labels), and `remediate` (a wedged node rebooted through BMO),
+//! on the rack of `multi-node`, and a single node's remediation.
+
+use super::*;
+
+pub(crate) const FROM: &str = "v1.34.1";
+pub(crate) const TO: &str = "v1.35.0";
+/// Set by a test on a Machine: the lab's node stand-in stops its kubelet
+/// until the host reboots (xtask/lab/workload).
+pub(crate) const WEDGED: &str = "lab.metal.kube.farm/wedged";
+
+/// One Machine as the scenarios read it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MachineSeen {
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    /// `controlplane` or the pool's MachineDeployment.
+    pub(crate) set: String,
+    pub(crate) version: String,
+    pub(crate) kubelet: String,
+    pub(crate) ready: bool,
+    pub(crate) deleting: bool,
+    pub(crate) node: String,
+    pub(crate) infra: String,
+}
+
+/// The Machines of `cluster` in `ns`.
+pub(crate) fn machines_in(lab: &Lab, ns: &str, cluster: &str) -> Vec<MachineSeen> {
+    lab.kube
+        .list("machines.cluster.x-k8s.io", Some(ns))
+        .iter()
+        .filter(|m| str_at(m, "/spec/clusterName") == cluster)
+        .map(|m| {
+            let labels = &m["metadata"]["labels"];
+            let set = if labels.get("cluster.x-k8s.io/control-plane").is_some() {
+                "controlplane".to_string()
+            } else {
+                str_at(labels, "/cluster.x-k8s.io~1deployment-name").to_string()
+            };
+            MachineSeen {
+                name: str_at(m, "/metadata/name").into(),
+                uid: str_at(m, "/metadata/uid").into(),
+                set,
+                version: str_at(m, "/spec/version").into(),
+                kubelet: str_at(m, "/status/nodeInfo/kubeletVersion").into(),
+                ready: condition(m, "Ready").as_deref() == Some("True"),
+                deleting: m.pointer("/metadata/deletionTimestamp").is_some(),
+                node: str_at(m, "/status/nodeRef/name").into(),
+                infra: str_at(m, "/spec/infrastructureRef/name").into(),
+            }
+        })
+        .collect()
+}
+
+fn rack_machines(lab: &Lab) -> Vec<MachineSeen> {
+    machines_in(lab, NS, &format!("{RACK}-cluster"))
+}
+
+/// The workload cluster's Nodes, read through its API endpoint with the
+/// kubeconfig CAPI wrote (so a read also proves the endpoint answers).
+pub(crate) fn workload_nodes(lab: &Lab, ns: &str, cluster: &str) -> Result<Vec<Value>, String> {
+    use base64::Engine;
+    let secret = lab
+        .kube
+        .get("secret", &format!("{cluster}-kubeconfig"), Some(ns))
+        .ok_or_else(|| format!("no kubeconfig Secret of {cluster}"))?;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(str_at(&secret, "/data/value"))
+        .map_err(|e| format!("kubeconfig Secret: {e}"))?;
+    let path = lab
+        .state
+        .join(format!("{ns}-{cluster}-workload.kubeconfig"));
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    let out = lab
+        .kube
+        .run(&[
+            "--kubeconfig",
+            &path.display().to_string(),
+            "--request-timeout=10s",
+            "get",
+            "nodes",
+            "-o",
+            "json",
+        ])
+        .map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+    Ok(v["items"].as_array().cloned().unwrap_or_default())
+}
+
+fn node_ready(n: &Value) -> bool {
+    condition(n, "Ready").as_deref() == Some("True")
+}
+
+/// The templates of the rack's machine sets in the namespace, by kind.
+fn rack_templates(lab: &Lab) -> Vec<String> {
+    let mut out = Vec::new();
+    for kind in [
+        "metal3machinetemplates.infrastructure.cluster.x-k8s.io",
+        "metal3datatemplates.infrastructure.cluster.x-k8s.io",
+        "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+    ] {
+        for t in lab.kube.list(kind, Some(NS)) {
+            let name = str_at(&t, "/metadata/name");
+            if name.starts_with(&format!("{RACK}-cluster-")) {
+                out.push(format!("{}/{name}", kind.split('.').next().unwrap_or(kind)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The templates the KubeadmControlPlane and the MachineDeployments refer
+/// to now (and the data templates their machine templates refer to).
+fn referenced_templates(lab: &Lab) -> Vec<String> {
+    let cluster = format!("{RACK}-cluster");
+    let mut machine = Vec::new();
+    let mut out = Vec::new();
+    if let Some(kcp) = lab.kube.get("kubeadmcontrolplane", &cluster, Some(NS)) {
+        machine.push(str_at(&kcp, "/spec/machineTemplate/spec/infrastructureRef/name").to_string());
+    }
+    for md in lab
+        .kube
+        .list("machinedeployments.cluster.x-k8s.io", Some(NS))
+    {
+        if str_at(&md, "/spec/clusterName") != cluster {
+            continue;
+        }
+        machine.push(str_at(&md, "/spec/template/spec/infrastructureRef/name").to_string());
+        out.push(format!(
+            "kubeadmconfigtemplates/{}",
+            str_at(&md, "/spec/template/spec/bootstrap/configRef/name")
+        ));
+    }
+    for m in machine {
+        if let Some(t) = lab.kube.get("metal3machinetemplate", &m, Some(NS)) {
+            out.push(format!(
+                "metal3datatemplates/{}",
+                str_at(&t, "/spec/template/spec/dataTemplate/name")
+            ));
+        }
+        out.push(format!("metal3machinetemplates/{m}"));
+    }
+    out.sort();
+    out
+}
+
+fn pool_replicas() -> BTreeMap<String, usize> {
+    BTreeMap::from([
+        (format!("{RACK}-cluster-gpu"), 2),
+        (format!("{RACK}-cluster-cpu"), 1),
+    ])
+}
+
+/// Refused by the API server with a message containing `says`.
+fn refused(lab: &Lab, patch: &Value, says: &str) -> Outcome {
+    match patch_xr(lab, RACK, patch) {
+        Ok(_) => Err(format!("{patch} was accepted")),
+        Err(e) if e.contains("spec.kubernetes.version cannot") && e.contains(says) => {
+            println!("  refused: {}", e.lines().last().unwrap_or(&e).trim());
+            Ok(())
+        }
+        Err(e) => Err(format!("{patch}: refused without saying {says:?}: {e}")),
+    }
+}
+
+fn version_patch(v: &str) -> Value {
+    json!({"spec": {"kubernetes": {
+        "version": v,
+        "imageURL": format!("http://10.40.8.10/images/ubuntu-2404-kube-{v}.qcow2"),
+    }}})
+}
+
+/// Scenario `upgrade`: the Ready rack at FROM is upgraded to TO with its
+/// image. At every poll: at least 2 of 3 control plane machines Ready, the
+/// workload API answers, no worker Machine rolls before KCP reports every
+/// machine at TO, at most one machine of a pool away, the inventory intact.
+/// At the end every Machine and kubelet runs TO, the XR is Ready showing
+/// TO everywhere, no old template is left, every host claimed or available.
+pub(crate) fn upgrade(lab: &Lab, inventory: &Inventory) -> Outcome {
+    refused(lab, &version_patch("v1.33.0"), "cannot go back")?;
+    refused(
+        lab,
+        &version_patch("v1.36.0"),
+        "cannot skip a minor version",
+    )?;
+    let before = rack_machines(lab);
+    check(
+        before.len() == 6 && before.iter().all(|m| m.version == FROM && m.ready),
+        || format!("before the upgrade: {before:?}"),
+    )?;
+    let templates_before = rack_templates(lab);
+    patch_xr(lab, RACK, &version_patch(TO))?;
+    let t = Instant::now();
+    refused(
+        lab,
+        &version_patch("v1.35.1"),
+        "while the last upgrade still rolls",
+    )?;
+
+    let kcp_done = |lab: &Lab| {
+        lab.kube
+            .get("kubeadmcontrolplane", &format!("{RACK}-cluster"), Some(NS))
+            .is_some_and(|k| {
+                str_at(&k, "/status/version") == TO
+                    && k.pointer("/status/upToDateReplicas")
+                        .and_then(Value::as_i64)
+                        == Some(3)
+                    && k.pointer("/status/readyReplicas").and_then(Value::as_i64) == Some(3)
+            })
+    };
+    let before_uids: Vec<String> = before.iter().map(|m| m.uid.clone()).collect();
+    let mut cp_done_at: Option<f64> = None;
+    let mut phases: Vec<String> = Vec::new();
+    let mut api_failures = 0;
+    let (mut min_cp, mut polls) = (3, 0);
+    loop {
+        inventory_intact(lab, inventory, t)?;
+        let cp_before = kcp_done(lab);
+        let ms = rack_machines(lab);
+        let cp_after = kcp_done(lab);
+        if cp_before && cp_done_at.is_none() {
+            cp_done_at = Some(t.elapsed().as_secs_f64());
+            println!(
+                "  {:>6.1}s KCP reports every control plane machine at {TO}",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        polls += 1;
+        let cp_ready = ms
+            .iter()
+            .filter(|m| m.set == "controlplane" && m.ready && !m.deleting)
+            .count();
+        min_cp = min_cp.min(cp_ready);
+        check(cp_ready >= 2, || {
+            format!(
+                "{:.0} s into the upgrade only {cp_ready} control plane machines Ready: {ms:?}",
+                t.elapsed().as_secs_f64()
+            )
+        })?;
+        for (set, replicas) in pool_replicas() {
+            let up = ms
+                .iter()
+                .filter(|m| m.set == set && m.ready && !m.deleting)
+                .count();
+            check(up + 1 >= replicas, || {
+                format!("{set}: {up} of {replicas} machines up: more than one away at once: {ms:?}")
+            })?;
+            let rolling = ms.iter().any(|m| {
+                m.set == set && (m.deleting || !before_uids.contains(&m.uid) || m.version == TO)
+            });
+            check(!rolling || cp_after, || {
+                format!(
+                    "{set} started rolling before the KubeadmControlPlane reported every machine at {TO}: {ms:?}"
+                )
+            })?;
+        }
+        match workload_nodes(lab, NS, &format!("{RACK}-cluster")) {
+            Ok(_) => api_failures = 0,
+            Err(e) => {
+                // One slow answer is not an outage; three polls in a row are.
+                api_failures += 1;
+                check(api_failures < 3, || {
+                    format!("the workload API did not answer three times in a row: {e}")
+                })?;
+            }
+        }
+        let x = get(lab, "metalcluster", RACK).unwrap_or(Value::Null);
+        let phase = str_at(&x, "/status/phase").to_string();
+        if phases.last() != Some(&phase) {
+            println!(
+                "  {:>6.1}s phase={phase} kubernetes={}",
+                t.elapsed().as_secs_f64(),
+                x.pointer("/status/kubernetes")
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            );
+            phases.push(phase.clone());
+        }
+        let all_at = ms.len() == 6 && ms.iter().all(|m| m.version == TO && m.ready && !m.deleting);
+        if phase == "Ready" && str_at(&x, "/status/kubernetes/version") == TO && all_at {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(1500) {
+            return Err(format!(
+                "the upgrade did not finish in 1500 s: phase {phase}, machines {ms:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let took = t.elapsed().as_secs_f64();
+    check(phases.iter().any(|p| p == "Upgrading"), || {
+        format!("the phase never showed Upgrading: {phases:?}")
+    })?;
+    let ms = rack_machines(lab);
+    check(ms.iter().all(|m| !before_uids.contains(&m.uid)), || {
+        format!("a machine was not replaced: {ms:?}")
+    })?;
+    wait(
+        "every Machine reports its kubelet at the new version",
+        120,
+        || rack_machines(lab).iter().all(|m| m.kubelet == TO),
+    )
+    .map_err(|e| format!("{e}: {:?}", rack_machines(lab)))?;
+    let nodes = workload_nodes(lab, NS, &format!("{RACK}-cluster"))?;
+    check(
+        nodes.len() == 6
+            && nodes
+                .iter()
+                .all(|n| str_at(n, "/status/nodeInfo/kubeletVersion") == TO && node_ready(n)),
+        || {
+            format!(
+                "workload nodes: {:?}",
+                nodes
+                    .iter()
+                    .map(|n| (
+                        str_at(n, "/metadata/name"),
+                        str_at(n, "/status/nodeInfo/kubeletVersion")
+                    ))
+                    .collect::<Vec<_>>()
+            )
+        },
+    )?;
+    let x = get(lab, "metalcluster", RACK).ok_or("rack1 missing")?;
+    let k = &x["status"]["kubernetes"];
+    check(
+        str_at(k, "/controlPlane/version") == TO
+            && k["workers"]
+                .as_array()
+                .is_some_and(|w| w.len() == 2 && w.iter().all(|p| str_at(p, "/version") == TO)),
+        || format!("status.kubernetes: {k}"),
+    )?;
+    wait("no old template left", 180, || {
+        rack_templates(lab) == referenced_templates(lab)
+    })
+    .map_err(|e| {
+        format!(
+            "{e}: {:?} vs referenced {:?}",
+            rack_templates(lab),
+            referenced_templates(lab)
+        )
+    })?;
+    check(rack_templates(lab) != templates_before, || {
+        "the templates did not change".into()
+    })?;
+    let s = rack_seen(lab);
+    check(
+        s.hosts.values().all(|h| {
+            (h.0 == "provisioned" && !h.2.is_empty()) || (h.0 == "available" && h.2.is_empty())
+        }),
+        || format!("a host neither claimed nor available: {:?}", s.hosts),
+    )?;
+    println!(
+        "  {FROM} -> {TO}: control plane done after {:.0} s, every pool after {took:.0} s ({polls} polls: never fewer than {min_cp} of 3 control plane machines Ready, the API answered, no worker rolled before the control plane was done)",
+        cp_done_at.unwrap_or(0.0)
+    );
+    Ok(())
+}
+
+/// Scenario `pool-roll`: new labels for the cpu pool replace that pool's
+/// machine only; the control plane's and the gpu pool's keep their UIDs;
+/// the new node carries the labels.
+pub(crate) fn pool_roll(lab: &Lab, inventory: &Inventory) -> Outcome {
+    let before = rack_machines(lab);
+    let others: Vec<String> = before
+        .iter()
+        .filter(|m| m.set != format!("{RACK}-cluster-cpu"))
+        .map(|m| m.uid.clone())
+        .collect();
+    let patch = json!([
+        {"op": "test", "path": "/spec/workers/1/name", "value": "cpu"},
+        {"op": "add", "path": "/spec/workers/1/nodeLabels", "value": {"rack.kube.farm/row": "b"}},
+    ]);
+    lab.kube
+        .run(&[
+            "patch",
+            "metalcluster",
+            RACK,
+            "-n",
+            NS,
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ])
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let cpu = format!("{RACK}-cluster-cpu");
+    loop {
+        inventory_intact(lab, inventory, t)?;
+        let ms = rack_machines(lab);
+        for m in ms.iter().filter(|m| m.set != cpu) {
+            check(others.contains(&m.uid) && !m.deleting, || {
+                format!(
+                    "{} of {} was touched by the cpu pool's roll: {ms:?}",
+                    m.name, m.set
+                )
+            })?;
+        }
+        let x = get(lab, "metalcluster", RACK).unwrap_or(Value::Null);
+        let new_cpu: Vec<&MachineSeen> = ms
+            .iter()
+            .filter(|m| m.set == cpu && !before.iter().any(|b| b.uid == m.uid))
+            .collect();
+        if str_at(&x, "/status/phase") == "Ready"
+            && new_cpu.len() == 1
+            && new_cpu[0].ready
+            && ms.len() == 6
+        {
+            let node = new_cpu[0].node.clone();
+            let nodes = workload_nodes(lab, NS, &format!("{RACK}-cluster"))?;
+            let labelled = nodes.iter().any(|n| {
+                str_at(n, "/metadata/name") == node
+                    && str_at(n, "/metadata/labels/rack.kube.farm~1row") == "b"
+            });
+            check(labelled, || {
+                format!("node {node} lacks rack.kube.farm/row=b")
+            })?;
+            println!(
+                "  cpu pool's labels: its machine replaced in {:.0} s, node {node} carries rack.kube.farm/row=b; the 5 other machines kept their UIDs",
+                t.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(600) {
+            return Err(format!("the cpu pool did not roll in 600 s: {ms:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Wedges the kubelet of `machine` (in `ns`) and follows the remediation:
+/// the XR's NodesHealthy turns False naming the machine and its host, the
+/// host is powered off and on by BMO (CAPM3's reboot annotation), the node
+/// comes back Ready on the same Machine, NodesHealthy turns True again.
+pub(crate) fn remediate(
+    lab: &Lab,
+    ns: &str,
+    xr: &str,
+    machine: &MachineSeen,
+    host: &str,
+) -> Outcome {
+    lab.kube
+        .run(&[
+            "annotate",
+            "machine",
+            &machine.name,
+            "-n",
+            ns,
+            &format!("{WEDGED}=true"),
+        ])
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let (mut named_at, mut off_at, mut remediation_seen) = (None, None, false);
+    loop {
+        let x = lab
+            .kube
+            .get("metalcluster", xr, Some(ns))
+            .unwrap_or(Value::Null);
+        let (status, _, msg) = xr_condition(&x, "NodesHealthy");
+        if status == "False" && named_at.is_none() {
+            check(msg.contains(&machine.name) && msg.contains(host), || {
+                format!(
+                    "NodesHealthy names neither machine {} nor host {host}: {msg}",
+                    machine.name
+                )
+            })?;
+            check(str_at(&x, "/status/phase") == "Remediating", || {
+                format!("phase {} while remediating", str_at(&x, "/status/phase"))
+            })?;
+            named_at = Some(t.elapsed().as_secs_f64());
+            println!(
+                "  {:>6.1}s NodesHealthy False: {msg}",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        remediation_seen |= lab
+            .kube
+            .get("metal3remediation", &machine.name, Some(ns))
+            .is_some();
+        let h = lab
+            .kube
+            .get("baremetalhost", host, Some(ns))
+            .unwrap_or(Value::Null);
+        if off_at.is_none()
+            && h.pointer("/status/poweredOn").and_then(Value::as_bool) == Some(false)
+        {
+            off_at = Some(t.elapsed().as_secs_f64());
+            println!(
+                "  {:>6.1}s host {host} powered off by BMO (reboot)",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        let same = machines_in(lab, ns, &format!("{xr}-cluster"))
+            .into_iter()
+            .find(|m| m.name == machine.name);
+        if named_at.is_some() && off_at.is_some() && status == "True" {
+            let m =
+                same.ok_or_else(|| format!("machine {} was replaced, not rebooted", machine.name))?;
+            check(m.uid == machine.uid && m.ready, || {
+                format!("after the reboot: {m:?}")
+            })?;
+            check(remediation_seen, || {
+                "no Metal3Remediation was created".into()
+            })?;
+            check(
+                h.pointer("/status/poweredOn").and_then(Value::as_bool) == Some(true),
+                || format!("host {host} is not powered on again"),
+            )?;
+            let nodes = workload_nodes(lab, ns, &format!("{xr}-cluster"))?;
+            check(
+                nodes
+                    .iter()
+                    .any(|n| str_at(n, "/metadata/name") == m.node && node_ready(n)),
+                || format!("node {} is not Ready", m.node),
+            )?;
+            println!(
+                "  remediated by reboot: named after {:.0} s, host off after {:.0} s, node Ready and NodesHealthy True after {:.0} s",
+                named_at.unwrap_or(0.0),
+                off_at.unwrap_or(0.0),
+                t.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(420) {
+            return Err(format!(
+                "remediation of {} did not finish in 420 s: NodesHealthy {status} {msg}; host {:?}",
+                machine.name,
+                h.get("status")
+                    .map(|s| (&s["poweredOn"], &s["provisioning"]["state"]))
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Scenario `remediate` on the rack: a gpu worker's node wedged.
+pub(crate) fn remediate_worker(lab: &Lab) -> Outcome {
+    let ms = rack_machines(lab);
+    let m = ms
+        .iter()
+        .find(|m| m.set == format!("{RACK}-cluster-gpu"))
+        .ok_or("no gpu machine")?
+        .clone();
+    let host = rack_seen(lab)
+        .hosts
+        .into_iter()
+        .find(|(_, h)| h.2 == m.infra)
+        .map(|(n, _)| n)
+        .ok_or_else(|| format!("no host claimed for {}", m.infra))?;
+    remediate(lab, NS, RACK, &m, &host)
+}
