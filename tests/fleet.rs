@@ -359,7 +359,7 @@ fn control_plane_behind_a_virtual_ip() {
     );
     assert_eq!(
         d["ippool"]["spec"]["pools"],
-        json!([{"start": "10.40.8.21", "end": "10.40.8.24"}])
+        json!([{"start": "10.40.8.21", "end": "10.40.8.26"}])
     );
     // With workers the control plane keeps kubeadm's taint.
     let cfg = &kcp["kubeadmConfigSpec"];
@@ -992,4 +992,138 @@ fn an_upgrade_rolls_the_control_plane_first_then_the_pools() {
     let status = desired_status(&rsp);
     assert_eq!(status["kubernetes"]["version"], "v1.35.0");
     assert_eq!(status["kubernetes"]["workers"][0]["version"], "v1.35.0");
+}
+
+/// What keeps a fleet alive: certificate renewal before expiry, bounded
+/// drains, KCP's remediation limits, a health check per set with the
+/// reboot template, and a one-machine control plane behind a VIP that
+/// rolls by adding its successor first.
+#[test]
+fn day_two_settings_are_rendered() {
+    let d = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
+    let kcp = &d["kubeadmcontrolplane"]["spec"];
+    assert_eq!(kcp["rollout"]["before"]["certificatesExpiryDays"], 30);
+    assert_eq!(
+        kcp["machineTemplate"]["spec"]["deletion"],
+        json!({"nodeDrainTimeoutSeconds": 600, "nodeVolumeDetachTimeoutSeconds": 300})
+    );
+    assert_eq!(kcp["remediation"]["maxRetry"], 3);
+    let md = &d["worker-gpu"]["spec"];
+    assert_eq!(
+        md["template"]["spec"]["deletion"]["nodeDrainTimeoutSeconds"],
+        600
+    );
+    assert_eq!(md["remediation"]["maxInFlight"], 1);
+    let mhc = &d["worker-gpu.health"]["spec"];
+    assert_eq!(
+        mhc["selector"]["matchLabels"]["cluster.x-k8s.io/deployment-name"],
+        "rack1-cluster-gpu"
+    );
+    assert_eq!(
+        mhc["remediation"]["templateRef"]["name"],
+        "rack1-cluster-reboot"
+    );
+    assert_eq!(
+        d["remediation-template"]["spec"]["template"]["spec"]["strategy"]["type"],
+        "Reboot"
+    );
+    assert!(d.contains_key("controlplane-health") && d.contains_key("worker-cpu.health"));
+
+    // Settings from the spec; health off removes the checks.
+    let mut xr = fleet_xr();
+    xr["spec"]["kubernetes"]["renewCertificatesDays"] = json!(45);
+    xr["spec"]["drain"] = json!({"nodeDrainTimeoutSeconds": 0});
+    xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 120, "maxUnhealthy": "2"});
+    let d = desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))));
+    assert_eq!(
+        d["kubeadmcontrolplane"]["spec"]["rollout"]["before"]["certificatesExpiryDays"],
+        45
+    );
+    assert_eq!(
+        d["worker-gpu"]["spec"]["template"]["spec"]["deletion"]["nodeDrainTimeoutSeconds"],
+        0
+    );
+    let mhc = &d["controlplane-health"]["spec"];
+    assert_eq!(
+        mhc["checks"]["unhealthyNodeConditions"][0]["timeoutSeconds"],
+        120
+    );
+    assert_eq!(
+        mhc["remediation"]["triggerIf"]["unhealthyLessThanOrEqualTo"],
+        2
+    );
+    xr["spec"]["health"] = json!({"enabled": false});
+    let d = desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))));
+    assert!(
+        !d.keys()
+            .any(|k| k.ends_with("health") || k == "remediation-template")
+    );
+    assert!(
+        d["kubeadmcontrolplane"]["spec"]
+            .get("remediation")
+            .is_none()
+    );
+
+    // One machine behind a VIP: a surge of one, and 2 addresses needed.
+    let mut xr = fleet_xr();
+    xr["spec"]["controlPlane"]["replicas"] = json!(1);
+    xr["spec"]["controlPlane"]["addresses"] = json!("10.40.8.21-10.40.8.22");
+    let d = desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))));
+    assert_eq!(
+        d["kubeadmcontrolplane"]["spec"]["rollout"]["strategy"]["rollingUpdate"]["maxSurge"],
+        1
+    );
+    xr["spec"]["controlPlane"]["addresses"] = json!("10.40.8.21-10.40.8.21");
+    let msg = fatal(&compose(&request(&xr, &BTreeMap::new(), Some(&[])))).expect("refused");
+    assert!(
+        msg.contains("spec.controlPlane.addresses") && msg.contains("needs 2"),
+        "{msg}"
+    );
+    // A single node: no rollout settings (it cannot roll).
+    let single = load_yaml(&repo_root().join("examples/metalcluster/r730.yaml"))[0].clone();
+    let d = desired(&compose(&request(&single, &BTreeMap::new(), Some(&[]))));
+    assert!(d["kubeadmcontrolplane"]["spec"].get("rollout").is_none());
+    assert!(d.contains_key("metal3machinetemplate") && d.contains_key("controlplane-health"));
+}
+
+/// The health and certificate conditions from the cluster's Machines.
+#[test]
+fn machines_tell_health_and_certificate_expiry() {
+    let xr = fleet_xr();
+    let machines = vec![
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "rack1-cluster-abcde", "namespace": "metal", "labels": {"cluster.x-k8s.io/cluster-name": "rack1-cluster", "cluster.x-k8s.io/control-plane": ""}},
+            "spec": {"clusterName": "rack1-cluster", "infrastructureRef": {"name": "rack1-cluster-abcde"}},
+            "status": {"certificatesExpiryDate": "2027-01-10T00:00:00Z"}}),
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "rack1-cluster-gpu-a-b", "namespace": "metal", "labels": {"cluster.x-k8s.io/cluster-name": "rack1-cluster"}},
+            "spec": {"clusterName": "rack1-cluster", "infrastructureRef": {"name": "rack1-cluster-gpu-a-b"}},
+            "status": {"conditions": [{"type": "HealthCheckSucceeded", "status": "False", "reason": "UnhealthyNode", "message": "Condition Ready on Node is reporting status Unknown for more than 30s"}]}}),
+    ];
+    let mut gpu = pool_host("g1", "sm-4029-w", true);
+    gpu["spec"]["consumerRef"]["name"] = json!("rack1-cluster-gpu-a-b");
+    let mut req = fleet_request(&BTreeMap::new(), &[], Some(&[gpu]), &[]);
+    let _ = xr;
+    render::with_required(&mut req, "machines", &machines).expect("machines");
+    // 2026-12-20: 21 days before the expiry.
+    let rsp = metalplane::compose::compose_at(&req, 1_797_724_800);
+    use function_sdk_rust::proto::v1::Status;
+    let (status, _, msg) = condition(&rsp, "NodesHealthy").expect("NodesHealthy");
+    assert_eq!(status, Status::ConditionFalse as i32);
+    assert!(
+        msg.contains("machine rack1-cluster-gpu-a-b on host g1"),
+        "{msg}"
+    );
+    let (status, reason, msg) = condition(&rsp, "CertificatesValid").expect("CertificatesValid");
+    assert_eq!(
+        (status, reason.as_str()),
+        (Status::ConditionFalse as i32, "ExpiringSoon")
+    );
+    assert!(
+        msg.contains("2027-01-10T00:00:00Z") && msg.contains("in 21 days"),
+        "{msg}"
+    );
+    assert_eq!(desired_status(&rsp)["phase"], "Remediating");
+    let status = desired_status(&rsp);
+    assert_eq!(status["certificatesExpiryDate"], "2027-01-10T00:00:00Z");
 }

@@ -327,12 +327,14 @@ pub fn phase(
     {
         return Phase::HostError;
     }
+    // A single node being rebooted takes its API down with it: the
+    // remediation is what is going on, not a new bootstrap.
+    if remediating {
+        return Phase::Remediating;
+    }
     if api_up(observed.get("cluster")) {
         if !is_ready("cilium", observed.get("cilium")) {
             return Phase::InstallingCNI;
-        }
-        if remediating {
-            return Phase::Remediating;
         }
         // Not complete: rolling out, scaling, or machines not ready yet.
         if !machines_complete(mc, observed) {

@@ -195,7 +195,7 @@ pub(crate) fn fleet_refused_edits(lab: &Lab) -> Outcome {
         ),
         (
             "controlPlane.addresses",
-            json!({"op": "replace", "path": "/spec/controlPlane/addresses", "value": "10.40.8.21-10.40.8.25"}),
+            json!({"op": "replace", "path": "/spec/controlPlane/addresses", "value": "10.40.8.21-10.40.8.27"}),
         ),
         (
             "workers[].pool",

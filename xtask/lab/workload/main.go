@@ -205,8 +205,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
-	// A host powered off (or asked to be, by BMO's reboot API) has no
-	// running kubelet; a reboot clears a wedged kubelet.
+	// A host powered off has no running kubelet. A reboot requested
+	// through BMO's reboot API clears a wedged kubelet: the server is
+	// power-cycled. (BMO's demo provisioner does not report the power
+	// change: status.poweredOn follows spec.online, so the request itself
+	// is the signal here.)
 	on, _, _ := unstructured.NestedBool(bmh.Object, "status", "poweredOn")
 	rebooting := false
 	for k := range bmh.GetAnnotations() {
@@ -222,7 +225,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	_, stuck := m.Annotations[wedged]
-	ready := on && !rebooting && !stuck
+	ready := on && !stuck
 	nodeName, labels, taints := registration(cfg, m, bmh)
 	mem := r.memory.GetResourceGroup(wcl).GetClient()
 	cp := util.IsControlPlaneMachine(m)
