@@ -789,6 +789,31 @@ fn a_pool_short_of_hosts_says_so() {
     // The single-node form has HostClaimed and no such condition.
     let rsp = compose(&request(&example_xr(), &BTreeMap::new(), Some(&[])));
     assert!(condition(&rsp, "HostsSuffice").is_none());
+
+    // One machine behind a VIP needs a spare host for its rollouts.
+    let mut xr = fleet_xr();
+    xr["spec"]["controlPlane"]["replicas"] = json!(1);
+    xr["spec"]["workers"] = json!([]);
+    let mut only = pool_host("cp1", "rack1-cp", true);
+    only["spec"]["consumerRef"]["name"] = json!("rack1-cluster-x7k2p");
+    let rsp = compose(&request(
+        &xr,
+        &BTreeMap::new(),
+        Some(std::slice::from_ref(&only)),
+    ));
+    let (status, _, msg) = condition(&rsp, "HostsSuffice").expect("condition");
+    assert_eq!(status, 3, "{msg}");
+    assert!(
+        msg.contains("a spare host for its rollouts")
+            && msg.contains("needs 2 host(s): 1 claimed, 0 free"),
+        "{msg}"
+    );
+    let rsp = compose(&request(
+        &xr,
+        &BTreeMap::new(),
+        Some(&[only, pool_host("cp2", "rack1-cp", false)]),
+    ));
+    assert_eq!(condition(&rsp, "HostsSuffice").map(|c| c.0), Some(2));
 }
 
 /// A fleet's workers are NotReady until the CNI runs, so its Cluster is not
@@ -1126,4 +1151,53 @@ fn machines_tell_health_and_certificate_expiry() {
     assert_eq!(desired_status(&rsp)["phase"], "Remediating");
     let status = desired_status(&rsp);
     assert_eq!(status["certificatesExpiryDate"], "2027-01-10T00:00:00Z");
+}
+
+/// Right after a pool is told the new version its MachineDeployment may
+/// still report every replica up to date: the Machines, at the old
+/// version, say otherwise, and the XR is not Ready meanwhile.
+#[test]
+fn machines_at_the_old_version_keep_the_upgrade_rolling() {
+    let mut xr = fleet_xr();
+    xr["spec"]["kubernetes"]["version"] = json!("v1.35.0");
+    let at_b = applied(
+        &desired(&compose(&request(&xr, &BTreeMap::new(), Some(&[])))),
+        "v1.35.0",
+    );
+    let mut observed = as_observed(&at_b);
+    observed.insert(
+        "cluster",
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "rack1-cluster"},
+            "status": {"conditions": [{"type": "Available", "status": "True"}]}}),
+    );
+    observed.insert(
+        "cilium",
+        json!({"apiVersion": "helm.m.crossplane.io/v1beta1", "kind": "Release", "metadata": {"name": "rack1-cluster-cilium"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    let machine = |name: &str, md: &str, version: &str| {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": "metal", "labels": {"cluster.x-k8s.io/cluster-name": "rack1-cluster", "cluster.x-k8s.io/deployment-name": md}},
+            "spec": {"clusterName": "rack1-cluster", "version": version}})
+    };
+    let phase_with = |gpu_version: &str| {
+        let mut req = request(&xr, &observed, Some(&[]));
+        let ms = [
+            machine("g-1", "rack1-cluster-gpu", gpu_version),
+            machine("g-2", "rack1-cluster-gpu", "v1.35.0"),
+            machine("c-1", "rack1-cluster-cpu", "v1.35.0"),
+        ];
+        render::with_required(&mut req, "machines", &ms).expect("machines");
+        desired_status(&compose(&req))
+    };
+    let rolling = phase_with("v1.34.1");
+    assert_eq!(rolling["phase"], "Upgrading");
+    assert!(
+        rolling["kubernetes"].get("version").is_none(),
+        "{}",
+        rolling["kubernetes"]
+    );
+    let done = phase_with("v1.35.0");
+    assert_eq!(done["phase"], "Ready");
+    assert_eq!(done["kubernetes"]["version"], "v1.35.0");
 }

@@ -34,14 +34,16 @@ fn observed<'a>(all: &'a BTreeMap<String, Value>, keep: &[&str]) -> BTreeMap<&'a
 }
 
 // With the provisioned host, its protecting Usage is composed from the start.
-const BASE: [&str; 7] = [
+const BASE: [&str; 9] = [
     "cluster",
+    "controlplane-health",
     "host-in-use",
     "ippool",
     "kubeadmcontrolplane",
     "metal3cluster",
     "metal3datatemplate",
     "metal3machinetemplate",
+    "remediation-template",
 ];
 const FLEET: [&str; 7] = [
     "inference-class",
@@ -214,7 +216,7 @@ fn every_new_object_and_manifest_validates() {
         let rsp = compose(&request(&xr, &obs, Some(&hosts())));
         assert_eq!(fatal(&rsp), None);
         let d = desired(&rsp);
-        assert_eq!(d.len(), 26);
+        assert_eq!(d.len(), 28);
         for (name, obj) in &d {
             let p = schemas.problems(obj);
             assert!(p.is_empty(), "{name}:\n{}", p.join("\n"));

@@ -11,13 +11,15 @@ use function_sdk_rust::proto::v1::{Ready, RunFunctionResponse};
 use metalplane::compose::compose;
 use serde_json::{Value, json};
 
-const BASE: [&str; 6] = [
+const BASE: [&str; 8] = [
     "cluster",
+    "controlplane-health",
     "ippool",
     "kubeadmcontrolplane",
     "metal3cluster",
     "metal3datatemplate",
     "metal3machinetemplate",
+    "remediation-template",
 ];
 const CNI: [&str; 5] = [
     "cilium",
@@ -182,7 +184,7 @@ fn stages_from_nothing_to_ready() {
     let rsp = compose(&request(&xr, &obs, Some(&hosts)));
     assert_eq!(desired_status(&rsp)["phase"], "Bootstrapping");
     // The graph and the Usage protecting the claimed host.
-    assert_eq!(names(&rsp).len(), 7);
+    assert_eq!(names(&rsp).len(), BASE.len() + 1);
     assert!(names(&rsp).iter().any(|n| n == "host-in-use"));
 
     // 5. Control plane available: the CNI family appears.
@@ -191,7 +193,7 @@ fn stages_from_nothing_to_ready() {
     let st = desired_status(&rsp);
     assert_eq!(st["phase"], "InstallingCNI");
     assert_eq!(st["controlPlaneAvailable"], true);
-    assert_eq!(names(&rsp).len(), 12);
+    assert_eq!(names(&rsp).len(), BASE.len() + 1 + CNI.len());
     let ready = ready_of(&rsp);
     assert!(ready["cluster"]);
     assert!(!ready["cilium"], "Release not yet observed");
@@ -228,7 +230,11 @@ fn stages_from_nothing_to_ready() {
     // 8. A blip in the Cluster's Available condition keeps the CNI composed.
     cluster_available(&mut obs, "False");
     let rsp = compose(&request(&xr, &obs, Some(&hosts)));
-    assert_eq!(names(&rsp).len(), 12, "once composed, the CNI stays");
+    assert_eq!(
+        names(&rsp).len(),
+        BASE.len() + 1 + CNI.len(),
+        "once composed, the CNI stays"
+    );
     assert!(!ready_of(&rsp)["cluster"]);
     assert_ne!(desired_status(&rsp)["phase"], "Ready");
 }
@@ -539,7 +545,11 @@ fn cluster_ready_needs_available_true_not_just_existence() {
         cluster_available(&mut obs, status);
         let rsp = compose(&request(&xr, &obs, Some(&[])));
         assert!(!ready_of(&rsp)["cluster"], "{status}");
-        assert_eq!(names(&rsp).len(), 6, "no CNI while Available is {status}");
+        assert_eq!(
+            names(&rsp).len(),
+            BASE.len(),
+            "no CNI while Available is {status}"
+        );
     }
     // Ready=True on a Cluster is not Available=True.
     let c = with_condition(obs["cluster"].clone(), "Ready", "True");

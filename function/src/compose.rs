@@ -322,14 +322,16 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
         }
     };
     let names = Names::new(&mc.name);
-    let observed = observed_resources(req);
+    let mut observed = observed_resources(req);
 
     let hosts = request::get_required_resources(req, HOSTS_REQUIREMENT);
     let pool = status::pool_state(hosts.as_deref(), &names);
     let machine_list =
         request::get_required_resources(req, machines::MACHINES_REQUIREMENT).unwrap_or_default();
     let remediating = !machines::unhealthy(&machine_list, &[]).is_empty();
-    let phase = status::phase(&mc, &observed, &pool, remediating);
+    let behind = rollout::distrust_stale_sets(&mc, &mut observed, &machine_list);
+    let observed = observed;
+    let phase = status::phase(&mc, &observed, &pool, remediating, behind);
     let mut rsp = response::to(req, ttl(phase, &pool));
 
     // The cluster's Machines: who is being remediated, certificate expiry.
@@ -458,6 +460,7 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
     let seen = status::MachinesSeen {
         unhealthy: machines::unhealthy(&machine_list, &claimed),
         expiry: machines::earliest_certificate_expiry(&machine_list),
+        behind,
     };
     let xr_status = status::xr_status(&mc, &names, &observed, &pool, &claimed, &seen);
     let composite = response::desired_composite(&mut rsp);
@@ -582,10 +585,20 @@ fn capacity_condition(
     names: &Names,
     pool_hosts: &BTreeMap<&str, &[Value]>,
 ) {
+    // One machine behind a VIP rolls by adding its successor first: it
+    // needs a spare host for every rollout (upgrade, renewal), so say so
+    // before one is due.
+    let cp_replicas = u32::from(mc.spec.control_plane.replicas);
+    let surge = mc.spec.rollable() && cp_replicas == 1;
     let mut sets: Vec<(String, &str, u32, MachineSet)> = vec![(
-        "the control plane".into(),
+        if surge {
+            "the control plane (one machine behind a VIP, plus a spare host for its rollouts)"
+                .into()
+        } else {
+            "the control plane".into()
+        },
         mc.spec.host.pool.as_str(),
-        u32::from(mc.spec.control_plane.replicas),
+        cp_replicas + u32::from(surge),
         MachineSet::ControlPlane(format!("{}-", names.cluster)),
     )];
     for w in &mc.spec.workers {

@@ -37,6 +37,78 @@ pub fn md_version(md: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
+/// The composition resource name of the set a Machine belongs to: the
+/// control plane, or the pool whose MachineDeployment `md_resource` maps
+/// its `cluster.x-k8s.io/deployment-name` label to.
+fn machine_set<'a>(m: &Value, pools: &'a [(String, String)]) -> Option<&'a str> {
+    let labels = m.pointer("/metadata/labels")?;
+    if labels.get("cluster.x-k8s.io/control-plane").is_some() {
+        return Some(KCP);
+    }
+    let md = labels
+        .get(workers::DEPLOYMENT_NAME_LABEL)
+        .and_then(Value::as_str)?;
+    pools
+        .iter()
+        .find(|(_, name)| name == md)
+        .map(|(resource, _)| resource.as_str())
+}
+
+/// Machine sets whose Machines do not all run the version their owner
+/// now asks for: right after a version change a MachineDeployment may
+/// report every replica up to date before its MachineSets have looked at
+/// their machines, which would read as a finished rollout. Such a set's
+/// observed status is taken as not yet caught up (its observedGeneration
+/// cleared), so it counts as rolling. Returns whether any set is behind
+/// (an upgrade still rolls).
+pub fn distrust_stale_sets(
+    mc: &MetalCluster,
+    observed: &mut BTreeMap<String, Value>,
+    machines: &[Value],
+) -> bool {
+    let names = crate::names::Names::new(&mc.name);
+    let pools: Vec<(String, String)> = mc
+        .spec
+        .workers
+        .iter()
+        .map(|w| {
+            (
+                workers::resource_name(w),
+                names.pool(&mc.name, &w.name).machines,
+            )
+        })
+        .collect();
+    let mut stale: Vec<String> = Vec::new();
+    for m in machines {
+        if m.pointer("/metadata/deletionTimestamp").is_some() {
+            continue;
+        }
+        let Some(set) = machine_set(m, &pools) else {
+            continue;
+        };
+        let want = observed.get(set).and_then(|o| {
+            o.pointer("/spec/version")
+                .or_else(|| o.pointer("/spec/template/spec/version"))
+                .and_then(Value::as_str)
+        });
+        let has = m.pointer("/spec/version").and_then(Value::as_str);
+        if want.is_some() && has != want {
+            stale.push(set.to_string());
+        }
+    }
+    let behind = !stale.is_empty();
+    for set in stale {
+        if let Some(status) = observed
+            .get_mut(&set)
+            .and_then(|o| o.get_mut("status"))
+            .and_then(Value::as_object_mut)
+        {
+            status.remove("observedGeneration");
+        }
+    }
+    behind
+}
+
 /// The fields of a MachineDeployment that build its machines.
 const MACHINE_FIELDS: [&str; 3] = [
     "/spec/template/spec/version",

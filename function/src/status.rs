@@ -320,6 +320,7 @@ pub fn phase(
     observed: &BTreeMap<String, Value>,
     pool: &Pool<'_>,
     remediating: bool,
+    machines_behind: bool,
 ) -> Phase {
     let inference = mc.spec.inference.is_some();
     if let Pool::Claimed(h) = pool
@@ -336,13 +337,14 @@ pub fn phase(
         if !is_ready("cilium", observed.get("cilium")) {
             return Phase::InstallingCNI;
         }
+        // A set at another version than the spec's is upgrading even when
+        // complete at its own (a pool held until the control plane is done).
+        if machines_behind || upgrading(mc, observed) {
+            return Phase::Upgrading;
+        }
         // Not complete: rolling out, scaling, or machines not ready yet.
         if !machines_complete(mc, observed) {
-            return if upgrading(mc, observed) {
-                Phase::Upgrading
-            } else {
-                Phase::RollingOut
-            };
+            return Phase::RollingOut;
         }
         match (
             inference,
@@ -452,9 +454,15 @@ pub fn xr_status(
         kubeconfig_secret: names.kubeconfig_secret.clone(),
         host_pool: mc.spec.host.pool.clone(),
         control_plane_available: is_ready("cluster", observed.get("cluster")),
-        phase: phase(mc, observed, pool, !machines.unhealthy.is_empty())
-            .as_str()
-            .into(),
+        phase: phase(
+            mc,
+            observed,
+            pool,
+            !machines.unhealthy.is_empty(),
+            machines.behind,
+        )
+        .as_str()
+        .into(),
         kubernetes: kubernetes_status(mc, observed),
         certificates_expiry_date: machines.expiry.as_ref().map(|(s, _)| s.clone()),
         control_plane: rollout(observed.get("kubeadmcontrolplane")).map(rollout_status),
@@ -488,6 +496,8 @@ pub struct MachinesSeen {
     pub unhealthy: Vec<crate::machines::Unhealthy>,
     /// The earliest control plane certificate expiry (RFC 3339, seconds).
     pub expiry: Option<(String, i64)>,
+    /// A machine runs another version than its set asks for.
+    pub behind: bool,
 }
 
 /// The label selector of the pool's BareMetalHosts.

@@ -280,6 +280,16 @@ pub(crate) fn upgrade(lab: &Lab, inventory: &Inventory) -> Outcome {
             phases.push(phase.clone());
         }
         let all_at = ms.len() == 6 && ms.iter().all(|m| m.version == TO && m.ready && !m.deleting);
+        // Ready, or status.kubernetes.version, only once every machine is.
+        let claims_done = phase == "Ready" || str_at(&x, "/status/kubernetes/version") == TO;
+        check(!claims_done || ms.iter().all(|m| m.version == TO), || {
+            format!(
+                "{:.0} s into the upgrade the XR says done (phase {phase}, kubernetes {}) while machines run {:?}",
+                t.elapsed().as_secs_f64(),
+                x["status"]["kubernetes"],
+                ms.iter().map(|m| (&m.name, &m.version)).collect::<Vec<_>>()
+            )
+        })?;
         if phase == "Ready" && str_at(&x, "/status/kubernetes/version") == TO && all_at {
             break;
         }
