@@ -87,10 +87,12 @@ fn check(xr: &Value, hosts: Option<&[Value]>) -> Result<(), TestCaseError> {
                 prop_assert!(!msg.is_empty());
             }
             None => {
-                // The graph (6), with the CNI family (+5), each plus the
-                // claimed host's Usage when a host is claimed (+1).
+                // The graph (6) with its health check and reboot template
+                // (+2) unless spec.health.enabled is false, with the CNI
+                // family (+5), each plus the claimed host's Usage when a
+                // host is claimed (+1).
                 prop_assert!(
-                    [6, 7, 11, 12].contains(&d.len()),
+                    [6, 7, 8, 9, 11, 12, 13, 14].contains(&d.len()),
                     "a complete graph, got {}",
                     d.len()
                 );

@@ -52,7 +52,8 @@ fn assert_same_as_in_process(rsp: &RunFunctionResponse, req: &RunFunctionRequest
     let local = metalplane::compose::compose(req);
     assert_eq!(rsp, &local, "the wire answer equals the in-process answer");
     assert_eq!(rsp.meta.as_ref().map(|m| m.tag.as_str()), Some("grpc-test"));
-    assert_eq!(desired(rsp).len(), 6);
+    // The graph (6), its health check and its reboot template.
+    assert_eq!(desired(rsp).len(), 8);
 }
 
 #[tokio::test]

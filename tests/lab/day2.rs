@@ -383,18 +383,7 @@ pub(crate) fn pool_roll(lab: &Lab, inventory: &Inventory) -> Outcome {
         {"op": "test", "path": "/spec/workers/1/name", "value": "cpu"},
         {"op": "add", "path": "/spec/workers/1/nodeLabels", "value": {"rack.kube.farm/row": "b"}},
     ]);
-    lab.kube
-        .run(&[
-            "patch",
-            "metalcluster",
-            RACK,
-            "-n",
-            NS,
-            "--type=json",
-            "-p",
-            &patch.to_string(),
-        ])
-        .map_err(|e| e.to_string())?;
+    patch_rack(lab, &patch)?;
     let t = Instant::now();
     let cpu = format!("{RACK}-cluster-cpu");
     loop {

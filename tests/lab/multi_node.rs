@@ -143,10 +143,19 @@ pub(crate) fn protected_hosts(lab: &Lab) -> Vec<String> {
 /// Patches the gpu pool's replicas (a JSON patch: a merge patch would
 /// replace the whole list).
 pub(crate) fn scale_gpu(lab: &Lab, replicas: u32) -> Outcome {
-    let patch = json!([
-        {"op": "test", "path": "/spec/workers/0/name", "value": "gpu"},
-        {"op": "replace", "path": "/spec/workers/0/replicas", "value": replicas},
-    ]);
+    patch_rack(
+        lab,
+        &json!([
+            {"op": "test", "path": "/spec/workers/0/name", "value": "gpu"},
+            {"op": "replace", "path": "/spec/workers/0/replicas", "value": replicas},
+        ]),
+    )
+    .map(|_| ())
+}
+
+/// A JSON patch of the rack (list items by index; a merge patch would
+/// replace the whole list).
+pub(crate) fn patch_rack(lab: &Lab, patch: &Value) -> Result<String, String> {
     lab.kube
         .run(&[
             "patch",
@@ -158,7 +167,6 @@ pub(crate) fn scale_gpu(lab: &Lab, replicas: u32) -> Outcome {
             "-p",
             &patch.to_string(),
         ])
-        .map(|_| ())
         .map_err(|e| e.to_string())
 }
 
@@ -211,17 +219,7 @@ pub(crate) fn fleet_refused_edits(lab: &Lab) -> Outcome {
         get(lab, "metalcluster", RACK).and_then(|x| x.pointer("/metadata/generation").cloned());
     for (path, op) in &refused {
         let patch = json!([{"op": "test", "path": "/spec/workers/0/name", "value": "gpu"}, op]);
-        let out = lab.kube.run(&[
-            "patch",
-            "metalcluster",
-            RACK,
-            "-n",
-            NS,
-            "--type=json",
-            "-p",
-            &patch.to_string(),
-        ]);
-        let Err(e) = out.map_err(|e| e.to_string()) else {
+        let Err(e) = patch_rack(lab, &patch) else {
             return Err(format!("editing spec.{path} was accepted"));
         };
         let says = format!("spec.{path} cannot");
