@@ -4,8 +4,6 @@
 
 use serde_json::Value;
 
-use crate::status::condition_is_true;
-
 /// The Machines' API and the label that ties them to their Cluster.
 pub const MACHINE_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
 pub const MACHINE_KIND: &str = "Machine";
@@ -88,11 +86,6 @@ pub fn earliest_certificate_expiry(machines: &[Value]) -> Option<(String, i64)> 
 /// Whole days from `now` to `expiry` (negative once expired).
 pub fn days_left(expiry: i64, now: i64) -> i64 {
     (expiry - now).div_euclid(86_400)
-}
-
-/// Whether a Machine is ready (its `Ready` condition).
-pub fn is_ready(m: &Value) -> bool {
-    condition_is_true(m, "Ready")
 }
 
 #[cfg(test)]

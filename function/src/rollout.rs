@@ -15,9 +15,7 @@ use serde_json::{Value, json};
 use crate::builders::{metal3, workers};
 use crate::spec::MetalCluster;
 use crate::status::rollout;
-
-/// Composition resource name of the control plane.
-pub const KCP: &str = "kubeadmcontrolplane";
+pub use crate::status::{KCP, md_version};
 
 /// Whether the KubeadmControlPlane runs the spec's version on every
 /// machine: its spec and status say so and its rollout is complete.
@@ -29,12 +27,6 @@ pub fn control_plane_at_version(mc: &MetalCluster, observed: &BTreeMap<String, V
     kcp.pointer("/spec/version").and_then(Value::as_str) == Some(v)
         && kcp.pointer("/status/version").and_then(Value::as_str) == Some(v)
         && rollout(Some(kcp)).is_some_and(|r| r.complete())
-}
-
-/// The version a MachineDeployment's machines are built at.
-pub fn md_version(md: &Value) -> Option<&str> {
-    md.pointer("/spec/template/spec/version")
-        .and_then(Value::as_str)
 }
 
 /// The composition resource name of the set a Machine belongs to: the

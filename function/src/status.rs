@@ -243,20 +243,29 @@ pub fn machines_complete(mc: &MetalCluster, observed: &BTreeMap<String, Value>) 
         .all(|((_, r), w)| r.is_some_and(|r| r.complete() && r.desired == i64::from(w.replicas)))
 }
 
+/// Composition resource name of the control plane.
+pub const KCP: &str = "kubeadmcontrolplane";
+
+/// The version a MachineDeployment's machines are built at.
+pub fn md_version(md: &Value) -> Option<&str> {
+    md.pointer("/spec/template/spec/version")
+        .and_then(Value::as_str)
+}
+
 /// Whether a machine set is told, or still runs, another version than the
 /// spec's: the KubeadmControlPlane's status or a pool's MachineDeployment
 /// (held at its version until the control plane is done).
 pub fn upgrading(mc: &MetalCluster, observed: &BTreeMap<String, Value>) -> bool {
     let v = mc.spec.kubernetes.version.as_str();
     let cp = observed
-        .get(crate::rollout::KCP)
+        .get(KCP)
         .and_then(|k| k.pointer("/status/version"))
         .and_then(Value::as_str)
         .is_some_and(|cv| cv != v);
     cp || mc.spec.workers.iter().any(|w| {
         observed
             .get(&crate::builders::workers::resource_name(w))
-            .and_then(crate::rollout::md_version)
+            .and_then(md_version)
             .is_some_and(|mv| mv != v)
     })
 }
@@ -284,7 +293,7 @@ pub fn kubernetes_status(
     mc: &MetalCluster,
     observed: &BTreeMap<String, Value>,
 ) -> Option<api::KubernetesStatus> {
-    let kcp = observed.get(crate::rollout::KCP)?;
+    let kcp = observed.get(KCP)?;
     let v = mc.spec.kubernetes.version.as_str();
     let cp_rollout = rollout(Some(kcp));
     let cp = set_version(
@@ -301,7 +310,7 @@ pub fn kubernetes_status(
         let r = rollout(md);
         let sv = set_version(
             Some(w.name.clone()),
-            md.and_then(crate::rollout::md_version),
+            md.and_then(md_version),
             r,
             i64::from(w.replicas),
         );
