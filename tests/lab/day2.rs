@@ -180,6 +180,7 @@ fn version_patch(v: &str) -> Value {
 /// At the end every Machine and kubelet runs TO, the XR is Ready showing
 /// TO everywhere, no old template is left, every host claimed or available.
 pub(crate) fn upgrade(lab: &Lab, inventory: &Inventory) -> Outcome {
+    certificates_shown(lab)?;
     refused(lab, &version_patch("v1.33.0"), "cannot go back")?;
     refused(
         lab,
@@ -366,6 +367,53 @@ pub(crate) fn upgrade(lab: &Lab, inventory: &Inventory) -> Outcome {
         "  {FROM} -> {TO}: control plane done after {:.0} s, every pool after {took:.0} s ({polls} polls: never fewer than {min_cp} of 3 control plane machines Ready, the API answered, no worker rolled before the control plane was done)",
         cp_done_at.unwrap_or(0.0)
     );
+    Ok(())
+}
+
+/// The XR shows the earliest certificate expiry KCP read from the control
+/// plane's nodes, and `CertificatesValid` True with who renews them.
+fn certificates_shown(lab: &Lab) -> Outcome {
+    let cp_dates = || {
+        let mut d: Vec<String> = lab
+            .kube
+            .list("machines.cluster.x-k8s.io", Some(NS))
+            .iter()
+            .filter(|m| {
+                str_at(m, "/spec/clusterName") == format!("{RACK}-cluster")
+                    && m.pointer("/metadata/labels/cluster.x-k8s.io~1control-plane")
+                        .is_some()
+            })
+            .map(|m| str_at(m, "/status/certificatesExpiryDate").to_string())
+            .collect();
+        d.sort();
+        d
+    };
+    wait(
+        "KCP reporting each control plane machine's certificate expiry",
+        120,
+        || {
+            let d = cp_dates();
+            d.len() == 3 && d.iter().all(|e| !e.is_empty())
+        },
+    )
+    .map_err(|e| format!("{e}: {:?}", cp_dates()))?;
+    let earliest = cp_dates().first().cloned().unwrap_or_default();
+    let shown = |lab: &Lab| {
+        let x = get(lab, "metalcluster", RACK).unwrap_or(Value::Null);
+        let (status, reason, msg) = xr_condition(&x, "CertificatesValid");
+        (
+            str_at(&x, "/status/certificatesExpiryDate").to_string(),
+            status,
+            reason,
+            msg,
+        )
+    };
+    wait("the XR showing the earliest expiry", 120, || {
+        let (date, status, _, msg) = shown(lab);
+        date == earliest && status == "True" && msg.contains("rolls onto new machines")
+    })
+    .map_err(|e| format!("{e}: want {earliest}, got {:?}", shown(lab)))?;
+    println!("  CertificatesValid: {}", shown(lab).3);
     Ok(())
 }
 
