@@ -42,7 +42,7 @@ fn benches(c: &mut Criterion) {
             .desired
             .as_ref()
             .map(|d| d.resources.len()),
-        Some(26)
+        Some(28)
     );
 
     let mut g = c.benchmark_group("function");

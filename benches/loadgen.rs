@@ -417,8 +417,9 @@ async fn run(args: &Args) -> Result<String, String> {
     let mut order = rows.clone();
     order.sort_by_key(|r| r.concurrency);
     let mut text = format!(
-        "Machine: {}. Request: the built-in example (6 composed resources), {} requests per level, client on the same machine (its cost is in latency and RPS, not in the server's CPU/req, which is the server process's own CPU time from /proc over the level).\n\n{}",
+        "Machine: {}. Request: the built-in example ({} composed resources), {} requests per level, client on the same machine (its cost is in latency and RPS, not in the server's CPU/req, which is the server process's own CPU time from /proc over the level).\n\n{}",
         machine(),
+        reference["resources"].as_object().map_or(0, |r| r.len()),
         args.count,
         table(&order)
     );

@@ -84,10 +84,24 @@ def compose(xr):
         cfg["preKubeadmCommands"] = cmds
     out["kubeadmcontrolplane"] = obj(ns, "controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", n["cluster"], {
         "replicas": 1, "version": k8s["version"],
-        "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": infra, "kind": "Metal3MachineTemplate", "name": n["mt"]}}},
+        "machineTemplate": {"spec": {
+            "infrastructureRef": {"apiGroup": infra, "kind": "Metal3MachineTemplate", "name": n["mt"]},
+            "deletion": {"nodeDrainTimeoutSeconds": 600, "nodeVolumeDetachTimeoutSeconds": 300}}},
+        "remediation": {"maxRetry": 3, "retryPeriodSeconds": 300, "minHealthyPeriodSeconds": 3600},
         "kubeadmConfigSpec": cfg})
+    reboot = f"{n['cluster']}-reboot"
+    out["remediation-template"] = obj(ns, f"{infra}/v1beta2", "Metal3RemediationTemplate", reboot, {
+        "template": {"spec": {"strategy": {"type": "Reboot", "retryLimit": 2, "timeoutSeconds": 600}}}})
+    out["controlplane-health"] = obj(ns, "cluster.x-k8s.io/v1beta2", "MachineHealthCheck", f"{n['cluster']}-controlplane", {
+        "clusterName": n["cluster"],
+        "selector": {"matchLabels": {"cluster.x-k8s.io/control-plane-name": n["cluster"]}},
+        "checks": {"nodeStartupTimeoutSeconds": 3600, "unhealthyNodeConditions": [
+            {"type": "Ready", "status": "Unknown", "timeoutSeconds": 300},
+            {"type": "Ready", "status": "False", "timeoutSeconds": 300}]},
+        "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": 1},
+                        "templateRef": {"apiVersion": f"{infra}/v1beta2", "kind": "Metal3RemediationTemplate", "name": reboot}}})
     status = {"controlPlaneEndpoint": f"{net['nodeIP']}:6443", "kubeconfigSecret": n["kubeconfig"],
-              "hostPool": host["pool"], "controlPlaneAvailable": False, "phase": "WaitingForHost"}
+              "hostPool": host["pool"], "controlPlaneAvailable": False, "phase": "WaitingForHost", "nodes": "0/1"}
     return out, status
 
 
