@@ -329,7 +329,7 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
     let machine_list =
         request::get_required_resources(req, machines::MACHINES_REQUIREMENT).unwrap_or_default();
     let remediating = !machines::unhealthy(&machine_list, &[]).is_empty();
-    let behind = rollout::distrust_stale_sets(&mc, &mut observed, &machine_list);
+    let behind = rollout::distrust_stale_sets(&mc, &names, &mut observed, &machine_list);
     let observed = observed;
     let phase = status::phase(&mc, &observed, &pool, remediating, behind);
     let mut rsp = response::to(req, ttl(phase, &pool));

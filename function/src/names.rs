@@ -101,9 +101,9 @@ impl Names {
 /// Names of one worker pool's objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolNames {
-    /// MachineDeployment, KubeadmConfigTemplate and Metal3MachineTemplate.
+    /// MachineDeployment, MachineHealthCheck, and the base of the pool's
+    /// content-named templates (`<machines>-<hash>`).
     pub machines: String,
-    pub data_template: String,
     pub ippool: String,
     pub node_prefix: String,
 }
@@ -116,7 +116,6 @@ impl Names {
     pub fn pool(&self, xr: &str, worker: &str) -> PoolNames {
         PoolNames {
             machines: format!("{}-{worker}", self.cluster),
-            data_template: format!("{}-{worker}-template", self.cluster),
             ippool: format!("{xr}-{worker}-pool"),
             node_prefix: format!("{xr}-{worker}-node"),
         }

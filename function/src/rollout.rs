@@ -55,10 +55,10 @@ fn machine_set<'a>(m: &Value, pools: &'a [(String, String)]) -> Option<&'a str> 
 /// (an upgrade still rolls).
 pub fn distrust_stale_sets(
     mc: &MetalCluster,
+    names: &crate::names::Names,
     observed: &mut BTreeMap<String, Value>,
     machines: &[Value],
 ) -> bool {
-    let names = crate::names::Names::new(&mc.name);
     let pools: Vec<(String, String)> = mc
         .spec
         .workers
