@@ -282,7 +282,10 @@ pub(crate) fn upgrade(lab: &Lab, inventory: &Inventory) -> Outcome {
         }
         let all_at = ms.len() == 6 && ms.iter().all(|m| m.version == TO && m.ready && !m.deleting);
         // Ready, or status.kubernetes.version, only once every machine is.
-        let claims_done = phase == "Ready" || str_at(&x, "/status/kubernetes/version") == TO;
+        // Until the XR's first reconcile after the edit its status is the
+        // one from before it: Ready at FROM, which claims nothing about TO.
+        let shown = str_at(&x, "/status/kubernetes/version");
+        let claims_done = shown == TO || (phase == "Ready" && shown != FROM);
         check(!claims_done || ms.iter().all(|m| m.version == TO), || {
             format!(
                 "{:.0} s into the upgrade the XR says done (phase {phase}, kubernetes {}) while machines run {:?}",
