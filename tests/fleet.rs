@@ -250,6 +250,25 @@ fn cases() -> Vec<(&'static str, Value, &'static str, &'static str)> {
             "spec.workers[0].nodeLabels[\"kubernetes.io/role\"]",
             "key",
         ),
+        // 3 control plane machines and 3 workers: a /22 holds 4 node /24s.
+        (
+            "/spec/network/podCIDR",
+            json!("10.244.0.0/22"),
+            "spec.network.podCIDR",
+            "fewer than the 6 nodes the spec can run at once (3 control plane + 3 in spec.workers); use a /21 or larger",
+        ),
+        (
+            "/spec/workers/0/gpu/model",
+            json!("NVIDIA {% H200"),
+            "spec.workers[0].gpu.model",
+            "Jinja template",
+        ),
+        (
+            "/spec/workers/0/gpu/driverSetup",
+            json!("Preinstalled"),
+            "spec.workers[0].gpu.driverInstallerURL",
+            "is not used with driverSetup Preinstalled",
+        ),
         (
             "/spec/workers/1",
             json!("cpu"),
@@ -369,7 +388,12 @@ fn control_plane_behind_a_virtual_ip() {
             .is_none()
     );
     // kube-vip: the static Pod names the VIP, the boot NIC and the image.
-    let file = &cfg["files"][0];
+    let files = cfg["files"].as_array().expect("files");
+    // The hosts file first: cloud-init writes files in order, all before
+    // kubeadm, and the static Pod mounts it as its /etc/hosts.
+    assert_eq!(files[0]["path"], "/etc/kube-vip.hosts");
+    assert_eq!(files[0]["content"], "127.0.0.1 localhost kubernetes\n");
+    let file = &files[1];
     assert_eq!(file["path"], "/etc/kubernetes/manifests/kube-vip.yaml");
     let pod: Value =
         serde_json::from_str(file["content"].as_str().expect("content")).expect("JSON manifest");
@@ -388,6 +412,26 @@ fn control_plane_behind_a_virtual_ip() {
     assert_eq!(env["vip_interface"], "eno1");
     assert_eq!(env["vip_arp"], "true");
     assert_eq!(env["cp_enable"], "true");
+    // CAPV's tested leader election timers, not 5/3/1.
+    assert_eq!(
+        (
+            &env["vip_leaseduration"],
+            &env["vip_renewdeadline"],
+            &env["vip_retryperiod"]
+        ),
+        (&json!("15"), &json!("10"), &json!("2"))
+    );
+    // No hostAliases: kubelets before kubernetes#119852 ignore them in
+    // static Pods; the hosts file is mounted instead.
+    assert!(pod["spec"].get("hostAliases").is_none());
+    assert_eq!(
+        pod["spec"]["containers"][0]["volumeMounts"][1],
+        json!({"name": "etchosts", "mountPath": "/etc/hosts", "readOnly": true})
+    );
+    assert_eq!(
+        pod["spec"]["volumes"][1],
+        json!({"name": "etchosts", "hostPath": {"path": "/etc/kube-vip.hosts", "type": "File"}})
+    );
     assert_eq!(
         pod["spec"]["containers"][0]["image"],
         "ghcr.io/kube-vip/kube-vip:v1.0.0"
@@ -403,7 +447,7 @@ fn control_plane_behind_a_virtual_ip() {
 fn kube_vip_uses_super_admin_conf_on_the_init_node_only() {
     let d = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
     let cfg = &d["kubeadmcontrolplane"]["spec"]["kubeadmConfigSpec"];
-    let content = cfg["files"][0]["content"]
+    let content = cfg["files"][1]["content"]
         .as_str()
         .expect("content")
         .to_string();
@@ -1200,4 +1244,70 @@ fn machines_at_the_old_version_keep_the_upgrade_rolling() {
     let done = phase_with("v1.35.0");
     assert_eq!(done["phase"], "Ready");
     assert_eq!(done["kubernetes"]["version"], "v1.35.0");
+}
+
+/// The pod range is checked against every node the spec can have, so a
+/// scale edit past it is refused naming the range and the count; the
+/// one-machine control plane's surge machine counts too.
+#[test]
+fn the_pod_range_holds_a_node_range_for_every_node() {
+    let mut xr = fleet_xr();
+    set(&mut xr, "/spec/network/podCIDR", json!("10.244.0.0/21"));
+    let ok = compose(&request(&xr, &BTreeMap::new(), Some(&[])));
+    assert_eq!(fatal(&ok), None, "8 node ranges hold 6 nodes");
+    set(&mut xr, "/spec/workers/0/replicas", json!(6));
+    let msg =
+        fatal(&compose(&request(&xr, &BTreeMap::new(), Some(&[])))).expect("10 nodes in 8 ranges");
+    assert!(
+        msg.contains("spec.network.podCIDR") && msg.contains("fewer than the 10 nodes"),
+        "{msg}"
+    );
+    // One control plane machine behind a VIP rolls with a surge of one.
+    let mut xr = fleet_xr();
+    set(&mut xr, "/spec/network/podCIDR", json!("10.244.0.0/22"));
+    set(&mut xr, "/spec/controlPlane/replicas", json!(1));
+    if let Some(w) = xr
+        .pointer_mut("/spec/workers")
+        .and_then(Value::as_array_mut)
+    {
+        w.truncate(1);
+    }
+    set(&mut xr, "/spec/workers/0/replicas", json!(3));
+    let msg = fatal(&compose(&request(&xr, &BTreeMap::new(), Some(&[]))))
+        .expect("1 + 1 surge + 3 workers in 4 ranges");
+    assert!(
+        msg.contains("1 control plane + 1 while it rolls + 3 in spec.workers"),
+        "{msg}"
+    );
+}
+
+/// Every set's NIC is in the L2 announcement policy (a worker that wins an
+/// address's lease announces only on a listed NIC), and every data template
+/// names its link, so the installed OS uses the names kube-vip and the
+/// policy use.
+#[test]
+fn every_sets_nic_is_named_and_announced() {
+    let mc = metalplane::spec::parse(&fleet_xr()).expect("valid");
+    let names = metalplane::names::Names::new(&mc.name);
+    let policy = metalplane::builders::lb::l2_policy(&mc, &names);
+    assert_eq!(
+        policy["spec"]["forProvider"]["manifest"]["spec"]["interfaces"],
+        json!(["^eno1$", "^eno1np0$"]),
+        "{policy}"
+    );
+    let d = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
+    let mut links = 0;
+    for (k, v) in &d {
+        if v["kind"] == "Metal3DataTemplate" {
+            for e in v["spec"]["networkData"]["links"]["ethernets"]
+                .as_array()
+                .expect("ethernets")
+            {
+                assert_eq!(e["name"], e["id"], "{k}: {e}");
+                assert_eq!(e["macAddress"]["fromHostInterface"], e["id"], "{k}: {e}");
+                links += 1;
+            }
+        }
+    }
+    assert_eq!(links, 3, "one data template per set");
 }

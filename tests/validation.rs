@@ -246,6 +246,20 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
             json!("ssh-ed25519 AAAA"),
             "list of strings",
         ),
+        // user-data is a Jinja template (CABPK): no Jinja in values
+        (
+            "spec.access.sshAuthorizedKeys",
+            json!(["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq8m2wK3bVd3v1wE2xYz4Qh ops {{ lab }}"]),
+            "Jinja",
+        ),
+        (
+            "spec.access.sshAuthorizedKeys",
+            json!(["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq8m2wK3bVd3v1wE2xYz4Qh {% if %}"]),
+            "Jinja",
+        ),
+        ("spec.gpu.model", json!("NVIDIA {{ H200 }}"), "Jinja"),
+        // GPU driver setup
+        ("spec.gpu.driverSetup", json!("Download"), "Preinstalled"),
         // shapes
         (
             "spec.network",

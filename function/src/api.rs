@@ -380,26 +380,44 @@ impl Default for CniSpec {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GpuSpec {
-    /// http(s) URL of an NVIDIA .run installer (e.g. served on the LAN).
-    #[serde(rename = "driverInstallerURL")]
+    /// How the node gets the driver. Build (default): the package manager (apt-get or dnf) installs the kernel headers, a compiler and DKMS, then the installer builds the driver with DKMS so a kernel update rebuilds it. BuildWithImageTools: the image already carries the kernel headers, a compiler and DKMS (air-gapped sites): no package manager runs, the installer from driverInstallerURL (e.g. on the LAN) builds with DKMS. Preinstalled: the image already carries the driver: nothing is installed, the node loads it and checks its GPUs.
+    #[serde(default)]
+    pub driver_setup: DriverSetup,
+    /// http(s) URL of an NVIDIA .run installer (e.g. served on the LAN); required unless driverSetup is Preinstalled.
+    #[serde(
+        rename = "driverInstallerURL",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(length(max = 2048))]
-    pub driver_installer_url: String,
+    pub driver_installer_url: Option<String>,
     /// sha256 of the installer; when set, the node verifies the download before running it. Without it the installer runs unverified and a Warning is reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), pattern(r"^[0-9a-fA-F]{64}$"))]
     pub driver_installer_checksum: Option<String>,
-    /// GPU product name as the NVIDIA DRA driver reports it (productName), e.g. Tesla V100-PCIE-16GB.
+    /// GPU product name exactly as NVML reports it (nvidia-smi --query-gpu=name; the NVIDIA DRA driver's productName), e.g. NVIDIA H200. When set, a node whose GPUs carry another name stops before kubeadm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub model: Option<String>,
-    /// GPUs in the host.
+    /// GPUs in the host. When set, a node that sees another number stops before kubeadm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 64))]
     pub count: Option<i64>,
-    /// Usable memory per GPU, a quantity such as 16Gi.
+    /// Memory per GPU as NVML reports it (nvidia-smi --query-gpu=memory.total), a quantity such as 143771Mi for an H200 (not the data sheet's 141 GB). When set, a node with a GPU that has less stops before kubeadm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub memory: Option<String>,
+}
+
+/// How a node gets the NVIDIA driver (spec.gpu.driverSetup); the values
+/// are described on the field (variant docs would make a non-structural
+/// `oneOf` in the XRD).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DriverSetup {
+    #[default]
+    Build,
+    BuildWithImageTools,
+    Preinstalled,
 }
 
 /// A sudo login user on the node.

@@ -69,6 +69,7 @@ pub const FIELDS: &[Field] = &[
     Field { path: "cni.ciliumVersion", class: InPlace, effect: "helm upgrades the Cilium release; the XR is not Ready until its pods are" },
     Field { path: "cni.chartRepository", class: InPlace, effect: "where the chart comes from: the running release is not re-fetched; the next install or version change uses it" },
     Field { path: "gpu", class: Rolling, effect: "adding or removing the driver changes the nodes' first-boot commands: every machine is replaced as for a change of it (a single node at network.nodeIP is refused)" },
+    Field { path: "gpu.driverSetup", class: Rolling, effect: MACHINE },
     Field { path: "gpu.driverInstallerURL", class: Rolling, effect: MACHINE },
     Field { path: "gpu.driverInstallerChecksum", class: Rolling, effect: MACHINE },
     Field { path: "gpu.model", class: InPlace, effect: "describes the GPUs to Modelplane only: the InferenceClass is updated in the fleet, the value kept for joining later" },

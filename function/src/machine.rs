@@ -12,7 +12,9 @@ use crate::validate;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gpu {
-    pub driver_installer_url: String,
+    pub setup: api::DriverSetup,
+    /// None with `Preinstalled` only.
+    pub driver_installer_url: Option<String>,
     pub driver_installer_checksum: Option<String>,
     /// Product name as the NVIDIA DRA driver reports it, e.g. "Tesla V100-PCIE-16GB".
     pub model: Option<String>,
@@ -68,17 +70,46 @@ pub fn parse_gpu(p: &mut Problems, gpu: Option<&api::GpuSpec>, base: &str) -> Op
         return Some(None);
     };
     let at = |f: &str| format!("{base}.{f}");
-    let url = p
-        .non_empty(&at("driverInstallerURL"), &g.driver_installer_url)
-        .and_then(|u| p.valid(&at("driverInstallerURL"), u, validate::http_url));
+    let preinstalled = g.driver_setup == api::DriverSetup::Preinstalled;
+    let url = match (&g.driver_installer_url, preinstalled) {
+        (None, false) => {
+            p.fail(
+                &at("driverInstallerURL"),
+                None,
+                "is required unless driverSetup is Preinstalled",
+            );
+            None
+        }
+        (Some(u), true) => {
+            p.fail(
+                &at("driverInstallerURL"),
+                Some(&Value::String(u.clone())),
+                "is not used with driverSetup Preinstalled (the image carries the driver): remove it",
+            );
+            None
+        }
+        (None, true) => Some(None),
+        (Some(u), false) => p
+            .non_empty(&at("driverInstallerURL"), u)
+            .and_then(|u| p.valid(&at("driverInstallerURL"), u, validate::http_url))
+            .map(Some),
+    };
     let checksum = g.driver_installer_checksum.as_ref().and_then(|c| {
+        if preinstalled {
+            p.fail(
+                &at("driverInstallerChecksum"),
+                Some(&Value::String(c.clone())),
+                "is not used with driverSetup Preinstalled: remove it",
+            );
+            return None;
+        }
         let res = validate::sha256_hex(c).map(|_| c.to_ascii_lowercase());
         p.check(&at("driverInstallerChecksum"), c, res)
     });
     let model = g.model.as_ref().and_then(|m| {
         let ok = !m.trim().is_empty() && m.len() <= 253 && !m.contains(['\n', '\r']);
         let res = if ok {
-            Ok(m.clone())
+            validate::jinja_free(m).map(|_| m.clone())
         } else {
             Err("must be a product name of at most 253 characters".to_string())
         };
@@ -102,6 +133,7 @@ pub fn parse_gpu(p: &mut Problems, gpu: Option<&api::GpuSpec>, base: &str) -> Op
     });
     url.map(|driver_installer_url| {
         Some(Gpu {
+            setup: g.driver_setup,
             driver_installer_url,
             driver_installer_checksum: checksum,
             model,

@@ -380,5 +380,64 @@ pub fn check(
             }
         }
     }
+    out.extend(check_pod_cidr(n, cp, workers));
     out
+}
+
+/// kube-controller-manager's default node mask: each node's pod range is a
+/// /24 carved from the cluster's, and Cilium (`ipam.mode: kubernetes`)
+/// waits for it forever on a node that gets none.
+pub const NODE_POD_PREFIX: u8 = 24;
+
+/// The most nodes the spec runs at once: every machine set at its replicas,
+/// and the surge machine a one-machine control plane behind a VIP adds
+/// while it rolls (pools and larger control planes roll with surge 0).
+pub fn max_nodes(cp: Option<&ControlPlane>, workers: &[Worker]) -> (u64, String) {
+    let (cp_nodes, surge) = match cp {
+        Some(cp) => (
+            u64::from(cp.replicas),
+            u64::from(cp.replicas == 1 && cp.vip_image.is_some()),
+        ),
+        None => (1, 0),
+    };
+    let pools: u64 = workers.iter().map(|w| u64::from(w.replicas)).sum();
+    let mut how = format!("{cp_nodes} control plane");
+    if surge > 0 {
+        how.push_str(" + 1 while it rolls");
+    }
+    if !workers.is_empty() {
+        how.push_str(&format!(" + {pools} in spec.workers"));
+    }
+    (cp_nodes + surge + pools, how)
+}
+
+/// The pod range must hold a node range for every node the spec can have;
+/// re-checked on every compose, so a scale edit past it is refused too.
+pub fn check_pod_cidr(
+    n: &Network,
+    cp: Option<&ControlPlane>,
+    workers: &[Worker],
+) -> Option<FieldError> {
+    let prefix = n.pod_cidr.prefix_len();
+    if prefix > NODE_POD_PREFIX {
+        // network::check names this one.
+        return None;
+    }
+    let room = 1u64 << (NODE_POD_PREFIX - prefix);
+    let (nodes, how) = max_nodes(cp, workers);
+    (nodes > room).then(|| {
+        err(
+            "spec.network.podCIDR",
+            n.pod_cidr.to_string(),
+            format!(
+                "holds {room} node pod range(s) of /{NODE_POD_PREFIX} (kube-controller-manager's default node mask), fewer than the {nodes} nodes the spec can run at once ({how}); use a /{} or larger",
+                NODE_POD_PREFIX - bits_for(nodes)
+            ),
+        )
+    })
+}
+
+/// Bits needed to count `n` ranges.
+fn bits_for(n: u64) -> u8 {
+    (64 - n.saturating_sub(1).leading_zeros()) as u8
 }

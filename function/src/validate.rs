@@ -332,6 +332,7 @@ pub fn ssh_public_key(k: &str) -> Check {
     if k.contains(['\n', '\r']) {
         return Err("must be a single line; give each key its own list item".into());
     }
+    jinja_free(k)?;
     let mut parts = k.split_whitespace();
     let typ = parts.next().unwrap_or("");
     let body = parts.next().unwrap_or("");
@@ -349,6 +350,21 @@ pub fn ssh_public_key(k: &str) -> Check {
         return Err("must carry a base64 key after the type".into());
     }
     Ok(())
+}
+
+/// Jinja's openers: CABPK marks the user-data `## template: jinja`, so
+/// cloud-init renders it and any of these in a value breaks the render (or
+/// turns into something else) on the node.
+pub const JINJA_OPENERS: [&str; 3] = ["{{", "{%", "{#"];
+
+/// A value that reaches the node's user-data as text.
+pub fn jinja_free(v: &str) -> Check {
+    match JINJA_OPENERS.iter().find(|o| v.contains(**o)) {
+        Some(o) => Err(format!(
+            "must not contain {o:?}: CABPK renders user-data as a Jinja template (## template: jinja), where it starts a Jinja expression and cloud-init fails to render the node's config"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A Kubernetes quantity such as 16Gi, 80G or 40960Mi.

@@ -1,5 +1,5 @@
 //! kubeadm bootstrap details: node registration, the login user and the
-//! first-boot commands that install the GPU kernel driver.
+//! first-boot commands (the GPU driver's are `driver`'s).
 //!
 //! Every value that reaches a shell here is validated by `spec` first and
 //! single-quoted here as well, so a value can never become shell syntax.
@@ -9,11 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::spec::{Gpu, MetalCluster, Worker};
-
-/// Where the installer is stored on the node; root-only.
-pub const INSTALLER_DIR: &str = "/var/lib/metalplane";
-pub const INSTALLER_PATH: &str = "/var/lib/metalplane/nvidia-installer.run";
+use crate::spec::{MetalCluster, Worker};
 
 /// Metal3 renders this at provisioning time.
 pub const NODE_NAME: &str = "{{ ds.meta_data.name }}";
@@ -85,36 +81,6 @@ pub fn sh_quote(s: &str) -> String {
         .unwrap_or_else(|_| "''".to_string())
 }
 
-pub fn gpu_commands(gpu: &Gpu) -> Vec<String> {
-    let installer = sh_quote(INSTALLER_PATH);
-    let mut cmds = vec![
-        "systemctl enable --now containerd".to_string(),
-        "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > /etc/modprobe.d/blacklist-nouveau.conf"
-            .to_string(),
-        "modprobe -r nouveau || true".to_string(),
-        // Headers and a compiler for the running kernel, on Debian/Ubuntu
-        // or Fedora/RHEL images.
-        "if command -v apt-get >/dev/null 2>&1; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \"linux-headers-$(uname -r)\" gcc make; else dnf install -y \"kernel-devel-$(uname -r)\" gcc make; fi"
-            .to_string(),
-        format!(
-            "install -d -m 0700 {dir} && curl -fsSL --retry 5 --retry-delay 5 -o {installer} {url}",
-            dir = sh_quote(INSTALLER_DIR),
-            url = sh_quote(&gpu.driver_installer_url),
-        ),
-    ];
-    if let Some(sum) = &gpu.driver_installer_checksum {
-        // A mismatch removes the file and stops the boot script, so an
-        // unverified installer never runs.
-        cmds.push(format!(
-            "echo {line} | sha256sum -c - || {{ rm -f {installer}; echo 'metalplane: GPU driver installer sha256 mismatch' >&2; exit 1; }}",
-            line = sh_quote(&format!("{sum}  {INSTALLER_PATH}")),
-        ));
-    }
-    cmds.push(format!("sh {installer} --silent"));
-    cmds.push("modprobe nvidia".to_string());
-    cmds
-}
-
 /// The control plane's first-boot commands: the GPU driver (spec.gpu) and,
 /// with a virtual IP, kube-vip's kubeconfig on the first node.
 pub fn pre_kubeadm_commands(mc: &MetalCluster) -> Option<Value> {
@@ -124,7 +90,7 @@ pub fn pre_kubeadm_commands(mc: &MetalCluster) -> Option<Value> {
         cmds.push(KUBE_VIP_SUPER_ADMIN.to_string());
     }
     if let Some(gpu) = &mc.spec.gpu {
-        cmds.extend(gpu_commands(gpu));
+        cmds.extend(super::driver::gpu_commands(gpu));
     }
     (!cmds.is_empty()).then(|| json!(cmds))
 }
@@ -147,5 +113,7 @@ pub fn super_admin_on_init(version: &str) -> bool {
 
 /// A worker pool's first-boot commands: its own GPU driver.
 pub fn worker_commands(w: &Worker) -> Option<Value> {
-    w.gpu.as_ref().map(|g| json!(gpu_commands(g)))
+    w.gpu
+        .as_ref()
+        .map(|g| json!(super::driver::gpu_commands(g)))
 }

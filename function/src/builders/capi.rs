@@ -56,7 +56,7 @@ pub fn kubeadm_control_plane(mc: &MetalCluster, names: &Names, machine_template:
             m.insert("preKubeadmCommands".into(), cmds);
         }
         if let Some(image) = &mc.spec.control_plane.vip_image {
-            m.insert("files".into(), json!([vip::file(mc, image)]));
+            m.insert("files".into(), vip::files(mc, image));
         }
     }
     let replicas = mc.spec.control_plane.replicas;

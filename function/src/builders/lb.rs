@@ -52,8 +52,10 @@ pub fn l2_policy(mc: &MetalCluster, names: &Names) -> Value {
         "kind": "CiliumL2AnnouncementPolicy",
         "metadata": {"name": POLICY_NAME},
         "spec": {
-            // Answer ARP for LoadBalancer IPs on the node's own NIC only.
-            "interfaces": [format!("^{}$", regex_escape(&mc.spec.host.boot_interface))],
+            // Answer ARP for LoadBalancer IPs on the nodes' own NICs only,
+            // every set's: the lease can go to any node, and a node with
+            // none of the names announces nothing (Cilium's l2announcer).
+            "interfaces": interface_patterns(mc),
             "loadBalancerIPs": true,
             "externalIPs": false,
         },
@@ -65,6 +67,21 @@ pub fn l2_policy(mc: &MetalCluster, names: &Names) -> Value {
         "ProviderConfig",
         &names.workload_provider_config,
     )
+}
+
+/// Anchored patterns for the node NIC of the control plane and of every
+/// pool, each name once, the control plane's first.
+pub fn interface_patterns(mc: &MetalCluster) -> Vec<String> {
+    let mut names: Vec<&str> = vec![&mc.spec.host.boot_interface];
+    for w in &mc.spec.workers {
+        if !names.contains(&w.boot_interface.as_str()) {
+            names.push(&w.boot_interface);
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| format!("^{}$", regex_escape(n)))
+        .collect()
 }
 
 /// Interface names allow '.', the one regex metacharacter to escape.

@@ -108,9 +108,13 @@ pub fn network_data(
             // Deprecated on CAPM3 main but still required by v1.13.x.
             "clusterName": names.cluster,
             "networkData": {
+                // `name` as inspection saw it: cloud-init renames the NIC
+                // with that MAC, so kube-vip's and Cilium's interface names
+                // hold on the installed OS whatever it would call the NIC.
                 "links": {"ethernets": [{
                     "id": iface,
                     "type": "phy",
+                    "name": iface,
                     "macAddress": {"fromHostInterface": iface},
                 }]},
                 // Without a static address the node takes a DHCP lease that

@@ -4,6 +4,7 @@
 pub mod bootstrap;
 pub mod capi;
 pub mod cni;
+pub mod driver;
 pub mod fleet;
 pub mod health;
 pub mod ipam;

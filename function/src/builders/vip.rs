@@ -17,6 +17,17 @@ use crate::spec::MetalCluster;
 
 pub const MANIFEST_PATH: &str = "/etc/kubernetes/manifests/kube-vip.yaml";
 pub const KUBECONFIG: &str = "/etc/kubernetes/admin.conf";
+/// The Pod's /etc/hosts, a file on the node (what CAPV does): kubelets
+/// before the fix of kubernetes#119852 ignore `hostAliases` in static Pods
+/// (kube-vip#692), and kube-vip must reach the API server as `kubernetes`
+/// on this node while the VIP is not announced yet at init.
+pub const HOSTS_PATH: &str = "/etc/kube-vip.hosts";
+pub const HOSTS: &str = "127.0.0.1 localhost kubernetes\n";
+
+/// Leader election timers in seconds: lease, renew deadline, retry. CAPV's
+/// tested values; 5/3/1 flaps under an API server's load (a slow renew
+/// moves the VIP mid-request).
+pub const LEASE_SECONDS: (u8, u8, u8) = (15, 10, 2);
 
 /// The static Pod, as JSON (which is YAML the kubelet reads).
 pub fn manifest(mc: &MetalCluster, image: &str) -> Value {
@@ -43,30 +54,42 @@ pub fn manifest(mc: &MetalCluster, image: &str) -> Value {
                     env("svc_enable", "false".into()),
                     env("vip_leaderelection", "true".into()),
                     env("vip_leasename", "plndr-cp-lock".into()),
-                    env("vip_leaseduration", "5".into()),
-                    env("vip_renewdeadline", "3".into()),
-                    env("vip_retryperiod", "1".into()),
+                    env("vip_leaseduration", LEASE_SECONDS.0.to_string()),
+                    env("vip_renewdeadline", LEASE_SECONDS.1.to_string()),
+                    env("vip_retryperiod", LEASE_SECONDS.2.to_string()),
                     {"name": "vip_nodename", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 ],
                 "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
-                "volumeMounts": [{"name": "kubeconfig", "mountPath": KUBECONFIG}],
+                "volumeMounts": [
+                    {"name": "kubeconfig", "mountPath": KUBECONFIG},
+                    {"name": "etchosts", "mountPath": "/etc/hosts", "readOnly": true},
+                ],
             }],
-            // kube-vip dials the API server as `kubernetes:<port>`, which
-            // must be this node: the VIP is not announced yet at init.
-            "hostAliases": [{"ip": "127.0.0.1", "hostnames": ["kubernetes"]}],
             "hostNetwork": true,
-            "volumes": [{"name": "kubeconfig", "hostPath": {"path": KUBECONFIG}}],
+            "volumes": [
+                {"name": "kubeconfig", "hostPath": {"path": KUBECONFIG}},
+                {"name": "etchosts", "hostPath": {"path": HOSTS_PATH, "type": "File"}},
+            ],
         },
     })
 }
 
-/// The KubeadmControlPlane file entry that writes the static Pod.
-pub fn file(mc: &MetalCluster, image: &str) -> Value {
+/// The KubeadmControlPlane file entries: the hosts file, then the static
+/// Pod that mounts it (cloud-init writes files before kubeadm runs).
+pub fn files(mc: &MetalCluster, image: &str) -> Value {
     let content = serde_json::to_string_pretty(&manifest(mc, image)).unwrap_or_default();
-    json!({
-        "path": MANIFEST_PATH,
-        "owner": "root:root",
-        "permissions": "0644",
-        "content": content,
-    })
+    json!([
+        {
+            "path": HOSTS_PATH,
+            "owner": "root:root",
+            "permissions": "0644",
+            "content": HOSTS,
+        },
+        {
+            "path": MANIFEST_PATH,
+            "owner": "root:root",
+            "permissions": "0644",
+            "content": content,
+        },
+    ])
 }
