@@ -48,6 +48,9 @@ pub(crate) fn rack_xr() -> Result<Value, String> {
         .next()
         .ok_or("the fleet example is empty")?;
     xr["spec"]["workers"][0]["pool"] = json!("rack1-gpu");
+    // H200s as NVML reports them, and the lab's installer (a stub the
+    // first-boot sandbox downloads) with its checksum.
+    xr["spec"]["workers"][0]["gpu"] = lab_gpu();
     xr["spec"]["cni"] = json!({"chartRepository": xtask::lab::charts::repository()});
     // The lab's wedged node is remediated after 30 s, not 5 minutes.
     xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 30});
@@ -297,6 +300,18 @@ pub(crate) fn multi_node(lab: &Lab) -> Outcome {
     })
     .map_err(|e| format!("{e}: {:?} vs {claimed:?}", protected_hosts(lab)))?;
     println!("  Ready with 6/6 nodes after {up:.1} s; Usages protect {claimed:?}");
+    day2_step("node-config", || {
+        let booted = check_node_configs(lab, NS, &format!("{RACK}-cluster"))?;
+        println!(
+            "  cloud-init: {} machines' user data rendered and schema-valid, network data converted to netplan, NIC names as kube-vip's and the L2 policy's",
+            booted.len()
+        );
+        let gpu = booted
+            .iter()
+            .find(|b| b.host.starts_with("rack1-gpu"))
+            .ok_or("no gpu machine")?;
+        first_boot_fails_closed(lab, gpu)
+    })?;
     fleet_refused_edits(lab)?;
     day2_step("upgrade", || upgrade(lab, &inventory))?;
     day2_step("pool-roll", || pool_roll(lab, &inventory))?;

@@ -31,5 +31,16 @@ pub(crate) fn provision(lab: &Lab) -> Outcome {
     check(m3m.starts_with("r730-"), || {
         format!("host r730 claimed by {m3m}, not by r730's machine")
     })?;
+    // What the host boots with, as cloud-init reads it.
+    let booted = check_node_configs(lab, NS, &R730.cluster())?;
+    println!(
+        "  cloud-init: {} user data rendered and valid, network data on {} (netplan)",
+        booted.len(),
+        booted
+            .iter()
+            .map(|b| b.iface.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     decoy_untouched(lab, &decoy_before)
 }

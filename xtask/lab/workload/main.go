@@ -294,11 +294,14 @@ func (r *reconciler) bootstrapConfig(ctx context.Context, m *clusterv1.Machine) 
 
 // registration is what the kubelet registers as: the node name and labels
 // of the Machine's KubeadmConfig, with the metadata cloud-init would give.
+// BMO's config drive names the node after the BareMetalHost (its meta_data
+// name, local-hostname and local_hostname are the host's name; BMO
+// pkg/provisioner/ironic), not after the Machine.
 func registration(cfg *unstructured.Unstructured, m *clusterv1.Machine, bmh *unstructured.Unstructured) (string, map[string]string, []corev1.Taint) {
 	meta := map[string]string{
 		"{{ ds.meta_data.uuid }}":           string(bmh.GetUID()),
-		"{{ ds.meta_data.name }}":           m.Name,
-		"{{ ds.meta_data.local_hostname }}": m.Name,
+		"{{ ds.meta_data.name }}":           bmh.GetName(),
+		"{{ ds.meta_data.local_hostname }}": bmh.GetName(),
 		"{{ ds.meta_data.providerid }}":     "",
 	}
 	fill := func(s string) string {
@@ -307,7 +310,7 @@ func registration(cfg *unstructured.Unstructured, m *clusterv1.Machine, bmh *uns
 		}
 		return s
 	}
-	name, labels := m.Name, map[string]string{}
+	name, labels := bmh.GetName(), map[string]string{}
 	// nil: not given (kubeadm's default); empty: explicitly none.
 	var taints []corev1.Taint
 	for _, section := range []string{"initConfiguration", "joinConfiguration"} {
@@ -1066,6 +1069,17 @@ func (r *reconciler) shutdown(ctx context.Context, key types.NamespacedName) err
 	if !ok {
 		return nil
 	}
+	// Nodes are named after their host: a Machine now on the same host
+	// (a rollout with maxSurge 0 reuses it) owns the name, and its node.
+	r.mu.Lock()
+	for k, other := range r.nodes {
+		if k != key && other.wcl == b.wcl && other.node == b.node {
+			delete(r.nodes, key)
+			r.mu.Unlock()
+			return nil
+		}
+	}
+	r.mu.Unlock()
 	mem := r.memory.GetResourceGroup(b.wcl).GetClient()
 	if b.cp && mux != nil {
 		for _, c := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"} {
