@@ -363,6 +363,7 @@ async fn resets_the_idrac_and_waits_through_refused_connections() {
     let emu = Emulator::start(Config {
         down_after_reset: Duration::from_millis(1500),
         busy_503: 1,
+        lc_not_ready_checks: 3,
         ..Config::default()
     })
     .await;
@@ -372,9 +373,27 @@ async fn resets_the_idrac_and_waits_through_refused_connections() {
         &["reset-bmc", "--poll", "100ms", "--down-wait", "3s"],
     )
     .await;
+    // Answering again is not enough: the Lifecycle Controller must say
+    // Ready (sushy-oem-idrac's reset_idrac waits for the same).
+    emu.with(|st| {
+        let said: Vec<&str> = st.lc_checks.iter().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(
+            said,
+            [
+                "NotInitialized",
+                "NotInitialized",
+                "NotInitialized",
+                "Ready"
+            ],
+            "{}",
+            r.stdout
+        );
+    });
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(
-        r.stdout.starts_with("outcome=bmc-reset") && r.stdout.contains("answering again"),
+        r.stdout.starts_with("outcome=bmc-reset")
+            && r.stdout
+                .contains("answering again and its Lifecycle Controller Ready"),
         "{}",
         r.stdout
     );
@@ -581,4 +600,73 @@ async fn the_emitted_job_runs_as_written() {
     );
     assert!(stdout.starts_with("outcome=fixed"), "{stdout}");
     emu.with(|st| assert_eq!(st.order()[0], VIRTUAL));
+}
+
+/// A Lifecycle Controller that never reports Ready: the wait is bounded,
+/// the outcome says timeout, and the iDRAC is reset once only (a failed
+/// Job would be retried, and a second reset restarts what was waited for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifecycle_controller_never_ready_times_out_after_one_reset() {
+    let emu = Emulator::start(Config {
+        down_after_reset: Duration::from_millis(300),
+        lc_not_ready_checks: u32::MAX,
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(
+        &emu,
+        PASS,
+        &[
+            "reset-bmc",
+            "--poll",
+            "100ms",
+            "--down-wait",
+            "2s",
+            "--ready-wait",
+            "2s",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.starts_with("outcome=timeout")
+            && r.stdout
+                .contains("Lifecycle Controller did not report Ready"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.took < Duration::from_secs(6), "bounded: {:?}", r.took);
+    assert_clean(&r);
+    emu.with(|st| {
+        assert_eq!(st.bmc_resets, 1);
+        assert!(st.lc_checks.len() >= 3, "{}", st.lc_checks.len());
+        assert!(st.lc_checks.iter().all(|(_, s)| s != "Ready"));
+    });
+}
+
+/// Hundreds of finished jobs on the iDRAC: the job queue is read with one
+/// expanded request per look, never one GET per job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_queue_is_read_in_one_expanded_request() {
+    let ids: Vec<&'static str> = (0..300)
+        .map(|i| &*Box::leak(format!("JID_{:012}", 500_000 + i).into_boxed_str()))
+        .collect();
+    let emu = Emulator::start(Config {
+        jobs: ids.iter().map(|id| (*id, "Completed")).collect(),
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("outcome=fixed"), "{}", r.stdout);
+    emu.with(|st| {
+        let job_gets = st
+            .requests
+            .iter()
+            .filter(|(_, m, p)| m == "GET" && p.starts_with(&format!("{JOBS}/")))
+            .count();
+        assert_eq!(job_gets, 0, "one GET per job");
+        assert!(st.job_lists >= 1);
+        assert!(st.requests.len() < 30, "{} requests", st.requests.len());
+    });
 }

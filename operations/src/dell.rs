@@ -74,6 +74,14 @@ pub enum Outcome {
         came_back: bool,
         waited: Duration,
     },
+    /// The reset was taken, but the iDRAC did not come back, or its
+    /// Lifecycle Controller did not report Ready, within the wait. Not a
+    /// failure of the run: a failed Job is retried, and a second reset
+    /// would restart the initialization this one waited for.
+    ResetTimeout {
+        waited: Duration,
+        stage: &'static str,
+    },
     PowerReset {
         reset: String,
         power: String,
@@ -88,6 +96,7 @@ impl Outcome {
             Outcome::AlreadyFirst { .. } => "already-first",
             Outcome::MediaNotAttached { .. } => "media-not-attached",
             Outcome::BmcReset { .. } => "bmc-reset",
+            Outcome::ResetTimeout { .. } => "timeout",
             Outcome::PowerReset { .. } => "power-reset",
         }
     }
@@ -117,7 +126,9 @@ impl Outcome {
                 came_back: true,
                 waited,
             } => {
-                format!("iDRAC reset (GracefulRestart) and answering again after {waited:?}")
+                format!(
+                    "iDRAC reset (GracefulRestart), answering again and its Lifecycle Controller Ready after {waited:?}"
+                )
             }
             Outcome::BmcReset {
                 came_back: false,
@@ -127,6 +138,9 @@ impl Outcome {
                     "iDRAC reset (GracefulRestart) requested; not yet answering after {waited:?}"
                 )
             }
+            Outcome::ResetTimeout { waited, stage } => format!(
+                "iDRAC reset (GracefulRestart) taken; {stage} within {waited:?}; not reset again"
+            ),
             Outcome::PowerReset { reset, power } => format!("power was {power}: {reset}"),
         }
     }
@@ -228,17 +242,30 @@ pub async fn boot_sources_path(c: &Client, ids: &Ids) -> Result<String, BmcError
     Ok(link.unwrap_or_else(|| format!("{}/BootSources", ids.system_path())))
 }
 
-/// The unfinished jobs on the iDRAC, by id.
+/// Inlines every job in the collection's answer (Redfish `$expand`, on
+/// iDRAC9): an iDRAC holds hundreds of jobs, one GET each would take
+/// minutes of the run's budget.
+pub const EXPAND_JOBS: &str = "?$expand=.($levels=1)";
+
+/// The unfinished jobs on the iDRAC, by id: one expanded request; a job
+/// the firmware did not inline (iDRAC8 ignores `$expand`) is read alone.
 pub async fn unfinished_jobs(c: &Client, ids: &Ids) -> Result<Vec<String>, BmcError> {
-    let list = c.get(&ids.jobs_path()).await?;
-    let members: Vec<String> = list
+    let list = c.get(&format!("{}{EXPAND_JOBS}", ids.jobs_path())).await?;
+    let members: Vec<Value> = list
         .get("Members")
         .and_then(Value::as_array)
-        .map(|m| m.iter().filter_map(odata_id).collect())
+        .cloned()
         .unwrap_or_default();
     let mut open = Vec::new();
-    for path in members {
-        let job = c.get(&path).await?;
+    for member in members {
+        let Some(path) = odata_id(&member) else {
+            continue;
+        };
+        let job = if member.get("JobState").is_some() {
+            member
+        } else {
+            c.get(&path).await?
+        };
         let state = job
             .get("JobState")
             .and_then(Value::as_str)
@@ -535,12 +562,47 @@ pub struct ResetOptions {
     /// How long to watch for the iDRAC going away after the reset.
     pub down_wait: Duration,
     pub poll: Duration,
-    /// Wait for it to answer again (within the budget).
+    /// Wait for it to answer again and its Lifecycle Controller to be
+    /// Ready (within the budget).
     pub wait_back: bool,
+    /// How long to wait for it, from the reset.
+    pub ready_wait: Duration,
+}
+
+/// Where the Lifecycle Controller's status action is: the manager's Dell
+/// OEM link to DellLCService, its action target, else iDRAC9's paths.
+pub async fn lc_status_target(c: &Client, ids: &Ids) -> Result<String, BmcError> {
+    let manager = c.get(&ids.manager_path()).await?;
+    let service = manager
+        .pointer("/Links/Oem/Dell/DellLCService")
+        .and_then(odata_id)
+        .unwrap_or_else(|| format!("/redfish/v1/Dell/Managers/{}/DellLCService", ids.manager));
+    let lc = c.get(&service).await?;
+    Ok(lc
+        .pointer("/Actions/#DellLCService.GetRemoteServicesAPIStatus/target")
+        .and_then(Value::as_str)
+        .map(String::from)
+        .unwrap_or_else(|| format!("{service}/Actions/DellLCService.GetRemoteServicesAPIStatus")))
+}
+
+/// Whether the Lifecycle Controller takes configuration: `LCStatus` Ready
+/// (what sushy-oem-idrac's `reset_idrac` waits for before Ironic goes on).
+pub async fn lc_ready(c: &Client, target: &str) -> Result<bool, BmcError> {
+    let r = c
+        .send(Method::POST, target, Some(&json!({})), Idempotency::Safe)
+        .await?;
+    Ok(r.ok()
+        && r.body
+            .as_ref()
+            .and_then(|b| b.get("LCStatus"))
+            .and_then(Value::as_str)
+            == Some("Ready"))
 }
 
 /// Manager.Reset with GracefulRestart (the only type iDRAC allows), then
-/// wait for it to go away and come back.
+/// wait for it to go away, answer again, and report its Lifecycle
+/// Controller Ready: it answers HTTP well before it takes configuration,
+/// and BMO's next try would fail again on a controller not yet ready.
 pub async fn reset_bmc(c: &Client, ids: &Ids, o: &ResetOptions) -> Result<Outcome, BmcError> {
     let path = format!("{}/Actions/Manager.Reset", ids.manager_path());
     let started = Instant::now();
@@ -577,19 +639,34 @@ pub async fn reset_bmc(c: &Client, ids: &Ids, o: &ResetOptions) -> Result<Outcom
     {
         c.pause(o.poll).await?;
     }
+    let out_of_time = || started.elapsed() + o.poll > o.ready_wait || o.poll >= c.remaining();
     loop {
         if c.probe(&manager, o.poll.max(Duration::from_secs(2))).await {
+            break;
+        }
+        if out_of_time() {
+            return Ok(Outcome::ResetTimeout {
+                waited: started.elapsed(),
+                stage: "it did not answer again",
+            });
+        }
+        c.pause(o.poll).await?;
+    }
+    let target = lc_status_target(c, ids).await?;
+    loop {
+        if lc_ready(c, &target).await? {
             return Ok(Outcome::BmcReset {
                 came_back: true,
                 waited: started.elapsed(),
             });
         }
-        if o.poll >= c.remaining() {
-            return Err(BmcError::Budget(
-                c.policy.budget,
-                "the iDRAC did not come back after the reset".into(),
-            ));
+        if out_of_time() {
+            return Ok(Outcome::ResetTimeout {
+                waited: started.elapsed(),
+                stage: "its Lifecycle Controller did not report Ready",
+            });
         }
+        tracing::info!("iDRAC answers; its Lifecycle Controller is not Ready yet");
         c.pause(o.poll).await?;
     }
 }

@@ -113,6 +113,10 @@ enum Command {
         /// Do not wait for the iDRAC to come back.
         #[arg(long, default_value_t = false)]
         no_wait: bool,
+        /// How long to wait, from the reset, for it to answer and report
+        /// its Lifecycle Controller Ready (outcome=timeout after it).
+        #[arg(long, default_value = "12m", value_parser = duration)]
+        ready_wait: Duration,
     },
     /// Restart the host: ForceRestart when on, On when off.
     Reboot {
@@ -199,11 +203,13 @@ async fn run(cli: &Cli) -> Result<(Client, Outcome), BmcError> {
             down_wait,
             poll,
             no_wait,
+            ready_wait,
         } => {
             let o = ResetOptions {
                 down_wait: *down_wait,
                 poll: *poll,
                 wait_back: !no_wait,
+                ready_wait: *ready_wait,
             };
             dell::reset_bmc(&c, &ids, &o).await?
         }

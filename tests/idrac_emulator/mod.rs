@@ -28,6 +28,8 @@ pub const SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/BootSources/Se
 pub const BIOS_SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/Bios/Settings";
 pub const JOBS: &str = "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs";
 pub const VIRTUAL: &str = "Optical.iDRACVirtual.1-1";
+pub const LC_SERVICE: &str = "/redfish/v1/Dell/Managers/iDRAC.Embedded.1/DellLCService";
+pub const LC_STATUS: &str = "/redfish/v1/Dell/Managers/iDRAC.Embedded.1/DellLCService/Actions/DellLCService.GetRemoteServicesAPIStatus";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -62,6 +64,10 @@ pub struct Config {
     pub job_targets: Vec<&'static str>,
     /// Manager.Reset answers only after this delay (but is taken at once).
     pub reset_delay: Duration,
+    /// After a controller reset the Lifecycle Controller reports
+    /// `LCStatus` other than Ready for this many status checks (it answers
+    /// HTTP well before it takes configuration again).
+    pub lc_not_ready_checks: u32,
 }
 
 impl Default for Config {
@@ -87,6 +93,7 @@ impl Default for Config {
             down_after_reset: Duration::from_millis(800),
             job_targets: vec![SETTINGS],
             reset_delay: Duration::ZERO,
+            lc_not_ready_checks: 0,
         }
     }
 }
@@ -117,6 +124,9 @@ pub struct State {
     pub slow_left: u32,
     pub unauthenticated: u32,
     pub bad_credentials: u32,
+    pub lc_not_ready_left: u32,
+    /// LCStatus answers given: (Instant, status).
+    pub lc_checks: Vec<(Instant, String)>,
 }
 
 impl State {
@@ -159,6 +169,8 @@ impl State {
             job_lists: 0,
             unauthenticated: 0,
             bad_credentials: 0,
+            lc_not_ready_left: 0,
+            lc_checks: vec![],
         }
     }
 
@@ -392,7 +404,17 @@ async fn settings_patch(AxState(s): AxState<Shared>, body: Bytes) -> Response {
     (StatusCode::OK, axum::Json(json!({"@Message.ExtendedInfo": [{"MessageId": "SYS413", "Message": "The operation successfully completed."}]}))).into_response()
 }
 
-async fn jobs_list(AxState(s): AxState<Shared>) -> Response {
+/// A job as the iDRAC shows it.
+fn job_json(j: &Job) -> Value {
+    json!({"@odata.id": format!("{JOBS}/{}", j.id), "Id": j.id, "Name": "Configure: BIOS.Setup.1-1", "JobType": "BIOSConfiguration", "JobState": j.state, "PercentComplete": 0, "Message": "Task successfully scheduled.", "MessageId": "JCP001"})
+}
+
+/// The job collection; `$expand=.($levels=1)` inlines each job, as iDRAC9
+/// firmware does (one request for hundreds of jobs).
+async fn jobs_list(
+    AxState(s): AxState<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
     let mut st = lock(&s);
     st.job_lists += 1;
     if st
@@ -407,10 +429,23 @@ async fn jobs_list(AxState(s): AxState<Shared>) -> Response {
             }
         }
     }
+    let expand = query.is_some_and(|q| {
+        q.replace("%24", "$")
+            .replace("%28", "(")
+            .replace("%29", ")")
+            .replace("%3D", "=")
+            .contains("$expand=.($levels=1)")
+    });
     let members: Vec<Value> = st
         .jobs
-        .keys()
-        .map(|id| json!({"@odata.id": format!("{JOBS}/{id}")}))
+        .values()
+        .map(|j| {
+            if expand {
+                job_json(j)
+            } else {
+                json!({"@odata.id": format!("{JOBS}/{}", j.id)})
+            }
+        })
         .collect();
     axum::Json(json!({"@odata.id": JOBS, "Members": members, "Members@odata.count": members.len()}))
         .into_response()
@@ -464,8 +499,12 @@ async fn jobs_post(AxState(s): AxState<Shared>, body: Bytes) -> Response {
 async fn job_get(AxState(s): AxState<Shared>, Path(id): Path<String>) -> Response {
     let st = lock(&s);
     match st.jobs.get(&id) {
-        Some(j) => axum::Json(json!({"@odata.id": format!("{JOBS}/{id}"), "Id": j.id, "Name": "Configure: BIOS.Setup.1-1", "JobType": "BIOSConfiguration", "JobState": j.state, "PercentComplete": 0, "Message": "Task successfully scheduled.", "MessageId": "JCP001"})).into_response(),
-        None => dell_error(StatusCode::NOT_FOUND, "Base.1.2.ResourceMissingAtURI", "no such job"),
+        Some(j) => axum::Json(job_json(j)).into_response(),
+        None => dell_error(
+            StatusCode::NOT_FOUND,
+            "Base.1.2.ResourceMissingAtURI",
+            "no such job",
+        ),
     }
 }
 
@@ -529,7 +568,31 @@ async fn system_reset(AxState(s): AxState<Shared>, body: Bytes) -> Response {
 }
 
 async fn manager(AxState(_s): AxState<Shared>) -> Response {
-    axum::Json(json!({"@odata.id": MANAGER, "Id": "iDRAC.Embedded.1", "ManagerType": "BMC"}))
+    axum::Json(
+        json!({"@odata.id": MANAGER, "Id": "iDRAC.Embedded.1", "ManagerType": "BMC",
+        "Links": {"Oem": {"Dell": {"DellLCService": {"@odata.id": LC_SERVICE}}}}}),
+    )
+    .into_response()
+}
+
+async fn lc_service(AxState(_s): AxState<Shared>) -> Response {
+    axum::Json(json!({"@odata.id": LC_SERVICE, "Id": "DellLCService",
+        "Actions": {"#DellLCService.GetRemoteServicesAPIStatus": {"target": LC_STATUS}}}))
+    .into_response()
+}
+
+/// The Lifecycle Controller's readiness: not Ready for a while after a
+/// controller reset.
+async fn lc_status(AxState(s): AxState<Shared>) -> Response {
+    let mut st = lock(&s);
+    let status = if st.lc_not_ready_left > 0 {
+        st.lc_not_ready_left -= 1;
+        "NotInitialized"
+    } else {
+        "Ready"
+    };
+    st.lc_checks.push((Instant::now(), status.to_string()));
+    axum::Json(json!({"LCStatus": status, "RTStatus": "Ready", "ServerStatus": "OutOfPOST", "Status": status}))
         .into_response()
 }
 
@@ -548,6 +611,7 @@ async fn manager_reset(AxState(s): AxState<Shared>, body: Bytes) -> Response {
     let delay = {
         let mut st = lock(&s);
         st.bmc_resets += 1;
+        st.lc_not_ready_left = st.cfg.lc_not_ready_checks;
         st.cfg.reset_delay
     };
     // The controller goes down shortly after it accepted the reset.
@@ -600,6 +664,8 @@ impl Emulator {
                 post(system_reset),
             )
             .route(MANAGER, get(manager))
+            .route(LC_SERVICE, get(lc_service))
+            .route(LC_STATUS, post(lc_status))
             .route(
                 &format!("{MANAGER}/Actions/Manager.Reset"),
                 post(manager_reset),
