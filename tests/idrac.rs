@@ -265,9 +265,10 @@ async fn blocked_by_jobs_of_others_defers_without_touching_them() {
 }
 
 /// An OS is already up (maybe Ironic's ramdisk from the virtual media):
-/// the order is fixed for the next boot, the host is not restarted.
+/// nothing is staged and the host is not restarted, since a job waiting
+/// for its next reboot would make the iDRAC refuse Ironic's import.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_running_an_os_is_not_restarted() {
+async fn a_host_running_an_os_is_left_alone() {
     for (progress, want) in [
         (Some("OSRunning"), vec![]),
         (Some("OSBootStarted"), vec![]),
@@ -284,25 +285,42 @@ async fn a_host_running_an_os_is_not_restarted() {
         let emu = Emulator::start(cfg).await;
         let r = bmc(&emu, PASS, &fix_args()).await;
         assert_eq!(r.code, 0, "{progress:?}: {}\n{}", r.stdout, r.stderr);
-        assert!(r.stdout.contains("outcome=fixed"), "{}", r.stdout);
         emu.with(|st| {
             assert_eq!(st.power_resets, want, "{progress:?}");
             if want.is_empty() {
-                // Staged with its job, applied at the next reboot.
-                let staged = st.pending.clone().unwrap_or_default();
-                assert!(
-                    staged
-                        .iter()
-                        .any(|e| e["Name"] == VIRTUAL && e["Index"] == 0),
-                    "{progress:?}: {staged:?}"
-                );
-                assert!(st.jobs.values().any(|j| j.state == "Scheduled"));
-                assert_ne!(st.order()[0], VIRTUAL, "not applied without a boot");
+                assert!(r.stdout.contains("outcome=deferred"), "{}", r.stdout);
+                assert!(r.stdout.contains("nothing staged"), "{}", r.stdout);
+                assert!(st.pending.is_none(), "{progress:?}: staged");
+                assert!(st.jobs.is_empty(), "{progress:?}: a job");
+                assert_eq!(st.count("PATCH", SETTINGS), 0);
             } else {
+                assert!(r.stdout.contains("outcome=fixed"), "{}", r.stdout);
                 assert_eq!(st.order()[0], VIRTUAL, "{progress:?}");
             }
         });
     }
+}
+
+/// The configuration job cannot be created (the firmware refuses both
+/// targets): what was staged is cleared (ClearPending), so nothing waits
+/// for a reboot that would block Ironic's import, and the run fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_job_leaves_nothing_staged() {
+    let emu = Emulator::start(Config {
+        job_targets: vec![],
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 4, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("outcome=failed"), "{}", r.stdout);
+    emu.with(|st| {
+        assert_eq!(st.count("PATCH", SETTINGS), 1);
+        assert_eq!(st.clear_pendings, 1);
+        assert!(st.pending.is_none(), "still staged");
+        assert!(st.jobs.is_empty());
+        assert!(st.power_resets.is_empty());
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

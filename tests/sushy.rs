@@ -6,58 +6,17 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod python_venv;
+
+use python_venv::venv;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
 
-const SUSHY_TOOLS: &str = "sushy-tools==2.2.0";
-const BCRYPT: &str = "bcrypt==5.0.0";
 const USER: &str = "admin";
 const PASS: &str = "Sushy-Pa55-9f2c";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The venv with sushy-tools, made once per machine inside the project.
-fn venv() -> &'static Path {
-    static V: OnceLock<PathBuf> = OnceLock::new();
-    V.get_or_init(|| {
-        let dir = repo_root().join(".cache/sushy-venv");
-        let marker = dir.join(".installed-2.2.0");
-        if !marker.exists() {
-            let ok = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&dir)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "python3 -m venv failed: this test needs Python 3 with venv"
-            );
-            let pip = dir.join("bin/pip");
-            let ok = Command::new(&pip)
-                .args([
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    SUSHY_TOOLS,
-                    BCRYPT,
-                ])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "pip install {SUSHY_TOOLS} failed (PyPI must be reachable)"
-            );
-            std::fs::write(&marker, "").expect("marker");
-        }
-        dir
-    })
-}
 
 struct Sushy {
     child: Child,

@@ -66,6 +66,14 @@ pub enum Outcome {
     AlreadyFirst {
         device: String,
     },
+    /// An operating system (maybe Ironic's ramdisk, booted from the very
+    /// media) is up: a job now would stay scheduled until its next reboot
+    /// and make the iDRAC refuse Ironic's configuration import (LC068).
+    /// Nothing was staged.
+    OsRunning {
+        device: String,
+        last_state: String,
+    },
     MediaNotAttached {
         device: String,
         waited: Duration,
@@ -94,6 +102,7 @@ impl Outcome {
             Outcome::Fixed { .. } => "fixed",
             Outcome::Deferred { .. } => "deferred",
             Outcome::AlreadyFirst { .. } => "already-first",
+            Outcome::OsRunning { .. } => "deferred",
             Outcome::MediaNotAttached { .. } => "media-not-attached",
             Outcome::BmcReset { .. } => "bmc-reset",
             Outcome::ResetTimeout { .. } => "timeout",
@@ -117,6 +126,9 @@ impl Outcome {
                 blocking.join(", ")
             ),
             Outcome::AlreadyFirst { device } => format!("{device} is already first; nothing to do"),
+            Outcome::OsRunning { device, last_state } => format!(
+                "{device} not moved: an OS is up (BootProgress {last_state}), and a job waiting for its next reboot would block Ironic's configuration import; nothing staged"
+            ),
             Outcome::MediaNotAttached { device, waited } => {
                 format!(
                     "{device} did not appear in the boot sources within {waited:?}; nothing to do"
@@ -332,9 +344,12 @@ pub enum Restart {
     ForceRestart,
     /// On with an operating system booting or running: that may be Ironic's
     /// ramdisk booted from the virtual media, which a restart would kill.
-    /// The job waits for the next reboot, which Ironic makes if it needs
-    /// one.
+    /// Checked before anything is staged (`Outcome::OsRunning`).
     Leave { last_state: String },
+    /// Jobs of others (Ironic's configuration import) appeared while ours
+    /// was created: a restart would interrupt them, so ours runs at the
+    /// reboot Ironic makes.
+    OthersPending { jobs: Vec<String> },
 }
 
 impl Restart {
@@ -342,7 +357,7 @@ impl Restart {
         match self {
             Restart::PowerOn => Some("On"),
             Restart::ForceRestart => Some("ForceRestart"),
-            Restart::Leave { .. } => None,
+            Restart::Leave { .. } | Restart::OthersPending { .. } => None,
         }
     }
 
@@ -352,6 +367,10 @@ impl Restart {
             Restart::ForceRestart => "host was on before any OS: ForceRestart".into(),
             Restart::Leave { last_state } => format!(
                 "host left running (BootProgress {last_state}: an OS, maybe Ironic's ramdisk, is up; the job runs at the next reboot)"
+            ),
+            Restart::OthersPending { jobs } => format!(
+                "host not restarted: job(s) {} of others pending (a restart would interrupt them); ours runs at their reboot",
+                jobs.join(", ")
             ),
         }
     }
@@ -416,12 +435,26 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
         });
     }
 
-    // 3. Reorder once no job blocks it (SYS011 otherwise); jobs of others
-    // are waited for, never deleted.
+    // 3. Nothing is staged unless the job can follow: not while jobs of
+    // others (Ironic's) are pending (SYS011 otherwise; they are waited
+    // for, never deleted), nor while an OS is up.
     let mut waited_for = 0;
     if let Some(deferred) = wait_or_defer(c, ids, o, &mut waited_for).await? {
         return Ok(deferred);
     }
+    let (power, last_state) = power_and_progress(c, ids).await?;
+    if let Restart::Leave { last_state } = restart_rule(&power, last_state.as_deref()) {
+        return Ok(Outcome::OsRunning {
+            device: o.device.clone(),
+            last_state,
+        });
+    }
+
+    // 4. Stage the new order, then commit it with a configuration job.
+    // Staged values without a job survive reboots and make the iDRAC
+    // refuse Ironic's configuration import (LC068, after which
+    // sushy-oem-idrac power-cycles the host): every way out after the
+    // PATCH either has the job or clears what was staged.
     let body = json!({"Attributes": {attr: reorder(&entries, &o.device).iter().map(BootEntry::to_json).collect::<Vec<_>>()}});
     for round in 0..3 {
         let r = c
@@ -444,13 +477,74 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
         }
         return Err(refused("PATCH", &settings_path, &r));
     }
+    let job = match create_job(c, ids, o, &settings_path, &mut waited_for).await {
+        Ok(Ok(job)) => job,
+        Ok(Err(deferred)) => {
+            clear_pending(c, &settings_path).await?;
+            return Ok(deferred);
+        }
+        Err(e) => {
+            // Best effort: the error says what went wrong first.
+            if let Err(clear) = clear_pending(c, &settings_path).await {
+                tracing::warn!(error = %clear, "clearing the staged boot order failed too");
+            }
+            return Err(e);
+        }
+    };
 
-    // 4. Commit with a configuration job. The original targets
-    // BootSources/Settings; Dell's own scripts use Bios/Settings: try the
-    // first and fall back once when the firmware rejects the target.
+    // 5. The job runs at the next boot: start one (power as read before
+    // staging, seconds ago), unless jobs of others appeared meanwhile (a
+    // restart would interrupt Ironic's import).
+    let others: Vec<String> = unfinished_jobs(c, ids)
+        .await?
+        .into_iter()
+        .filter(|j| *j != job)
+        .collect();
+    let reset = if others.is_empty() {
+        restart_rule(&power, last_state.as_deref())
+    } else {
+        Restart::OthersPending { jobs: others }
+    };
+    if let Some(t) = reset.reset_type() {
+        system_reset(c, ids, t).await?;
+    }
+    Ok(Outcome::Fixed {
+        device: o.device.clone(),
+        job,
+        reset,
+        waited_for,
+    })
+}
+
+/// The system's PowerState and BootProgress.LastState (absent on iDRAC8).
+async fn power_and_progress(c: &Client, ids: &Ids) -> Result<(String, Option<String>), BmcError> {
+    let system = c.get(&ids.system_path()).await?;
+    let power = system
+        .get("PowerState")
+        .and_then(Value::as_str)
+        .unwrap_or("Unknown")
+        .to_string();
+    let last_state = system
+        .pointer("/BootProgress/LastState")
+        .and_then(Value::as_str)
+        .map(String::from);
+    Ok((power, last_state))
+}
+
+/// Creates the configuration job for what `settings_path` staged: its id,
+/// or the deferred outcome when jobs of others keep blocking it. The
+/// original targets BootSources/Settings; Dell's own scripts use
+/// Bios/Settings: try the first and fall back once when the firmware
+/// rejects the target.
+async fn create_job(
+    c: &Client,
+    ids: &Ids,
+    o: &FixOptions,
+    settings_path: &str,
+    waited_for: &mut usize,
+) -> Result<Result<String, Outcome>, BmcError> {
     let bios_settings = format!("{}/Bios/Settings", ids.system_path());
-    let mut targets = vec![settings_path.clone(), bios_settings];
-    let mut job = None;
+    let mut targets = vec![settings_path.to_string(), bios_settings];
     let mut pending_round = 0;
     while let Some(target) = targets.first().cloned() {
         let r = c
@@ -475,15 +569,12 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
                         .map(String::from)
                 })
                 .unwrap_or_else(|| "(unnamed)".into());
-            job = Some(id);
-            break;
+            return Ok(Ok(id));
         }
         if PENDING_CODES.iter().any(|code| r.has_message(code)) && pending_round < 2 {
             pending_round += 1;
-            // Deferred here, the settings stay staged without a job:
-            // nothing of ours applies at anyone's reboot.
-            if let Some(deferred) = wait_or_defer(c, ids, o, &mut waited_for).await? {
-                return Ok(deferred);
+            if let Some(deferred) = wait_or_defer(c, ids, o, waited_for).await? {
+                return Ok(Err(deferred));
             }
             continue;
         }
@@ -494,27 +585,35 @@ pub async fn fix_boot_order(c: &Client, ids: &Ids, o: &FixOptions) -> Result<Out
         }
         return Err(refused("POST", &ids.jobs_path(), &r));
     }
-    let job = job.ok_or_else(|| BmcError::Protocol("no configuration job was created".into()))?;
+    Err(BmcError::Protocol(
+        "no configuration job was created".into(),
+    ))
+}
 
-    // 5. The job runs at the next boot: start one unless an OS is up.
-    let system = c.get(&ids.system_path()).await?;
-    let power = system
-        .get("PowerState")
-        .and_then(Value::as_str)
-        .unwrap_or("Unknown");
-    let last_state = system
-        .pointer("/BootProgress/LastState")
-        .and_then(Value::as_str);
-    let reset = restart_rule(power, last_state);
-    if let Some(t) = reset.reset_type() {
-        system_reset(c, ids, t).await?;
-    }
-    Ok(Outcome::Fixed {
-        device: o.device.clone(),
-        job,
-        reset,
-        waited_for,
+/// Dell's ClearPending on the settings resource that holds the staged
+/// values: its advertised action target, else the conventional path.
+pub async fn clear_pending(c: &Client, settings_path: &str) -> Result<(), BmcError> {
+    let settings = c.get(settings_path).await.unwrap_or(Value::Null);
+    let target = [
+        "/Actions/Oem/#DellManager.ClearPending/target",
+        "/Actions/#DellManager.ClearPending/target",
+    ]
+    .iter()
+    .find_map(|p| {
+        settings
+            .pointer(p)
+            .and_then(Value::as_str)
+            .map(String::from)
     })
+    .unwrap_or_else(|| format!("{settings_path}/Actions/Oem/DellManager.ClearPending"));
+    let r = c
+        .send(Method::POST, &target, Some(&json!({})), Idempotency::Safe)
+        .await?;
+    if !r.ok() {
+        return Err(refused("POST", &target, &r));
+    }
+    tracing::info!("staged boot order cleared (no job could commit it)");
+    Ok(())
 }
 
 async fn system_reset(c: &Client, ids: &Ids, reset: &str) -> Result<(), BmcError> {

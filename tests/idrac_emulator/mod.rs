@@ -28,6 +28,11 @@ pub const SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/BootSources/Se
 pub const BIOS_SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/Bios/Settings";
 pub const JOBS: &str = "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs";
 pub const VIRTUAL: &str = "Optical.iDRACVirtual.1-1";
+pub const ROOT: &str = "/redfish/v1";
+pub const IMPORT: &str =
+    "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/EID_674_Manager.ImportSystemConfiguration";
+pub const TASKS: &str = "/redfish/v1/TaskService/Tasks";
+pub const CLEAR_PENDING: &str = "/redfish/v1/Systems/System.Embedded.1/BootSources/Settings/Actions/Oem/DellManager.ClearPending";
 pub const LC_SERVICE: &str = "/redfish/v1/Dell/Managers/iDRAC.Embedded.1/DellLCService";
 pub const LC_STATUS: &str = "/redfish/v1/Dell/Managers/iDRAC.Embedded.1/DellLCService/Actions/DellLCService.GetRemoteServicesAPIStatus";
 
@@ -125,6 +130,10 @@ pub struct State {
     pub unauthenticated: u32,
     pub bad_credentials: u32,
     pub lc_not_ready_left: u32,
+    /// Configuration imports (Ironic's virtual media boot), accepted or not:
+    /// (accepted, MessageId when refused).
+    pub imports: Vec<(bool, String)>,
+    pub clear_pendings: u32,
     /// LCStatus answers given: (Instant, status).
     pub lc_checks: Vec<(Instant, String)>,
 }
@@ -170,6 +179,8 @@ impl State {
             unauthenticated: 0,
             bad_credentials: 0,
             lc_not_ready_left: 0,
+            imports: vec![],
+            clear_pendings: 0,
             lc_checks: vec![],
         }
     }
@@ -275,7 +286,10 @@ async fn gate(
             .and_then(|v| v.to_str().ok())
             .map(String::from);
         let expected = format!("Basic {}", b64(&format!("{}:{}", st.cfg.user, st.cfg.pass)));
+        // The service root is public (Redfish): sushy reads it first.
+        let public = method == Method::GET && (uri.path() == ROOT || uri.path() == "/redfish/v1/");
         let fault = match auth {
+            None if public => None,
             // iDRAC8 answers the challenge round trip with 400.
             None => {
                 st.unauthenticated += 1;
@@ -350,7 +364,57 @@ async fn sources(AxState(s): AxState<Shared>) -> Response {
 
 async fn settings_get(AxState(s): AxState<Shared>) -> Response {
     let st = lock(&s);
-    axum::Json(json!({"@odata.id": SETTINGS, "Attributes": {"UefiBootSeq": st.pending.clone().unwrap_or_default()}})).into_response()
+    axum::Json(json!({"@odata.id": SETTINGS, "Attributes": {"UefiBootSeq": st.pending.clone().unwrap_or_default()},
+        "Actions": {"Oem": {"#DellManager.ClearPending": {"target": CLEAR_PENDING}}}}))
+    .into_response()
+}
+
+/// Dell's ClearPending: the staged values are dropped.
+async fn clear_pending(AxState(s): AxState<Shared>) -> Response {
+    let mut st = lock(&s);
+    st.clear_pendings += 1;
+    st.pending = None;
+    (StatusCode::OK, axum::Json(json!({"@Message.ExtendedInfo": [{"MessageId": "SYS097", "Message": "Pending configuration values are deleted."}]}))).into_response()
+}
+
+/// The service root sushy starts from.
+async fn root() -> Response {
+    axum::Json(json!({"@odata.id": ROOT, "@odata.type": "#ServiceRoot.v1_6_0.ServiceRoot", "Id": "RootService",
+        "Name": "Root Service", "RedfishVersion": "1.11.0",
+        "Systems": {"@odata.id": "/redfish/v1/Systems"}, "Managers": {"@odata.id": "/redfish/v1/Managers"}}))
+    .into_response()
+}
+
+/// Ironic's virtual media boot (sushy-oem-idrac `set_virtual_boot_device`):
+/// the iDRAC refuses an import with LC068 while configuration values are
+/// staged or a configuration job is scheduled or running; otherwise it
+/// takes it as a task that completes at once.
+async fn import_configuration(AxState(s): AxState<Shared>) -> Response {
+    let mut st = lock(&s);
+    if st.pending.is_some() || st.unfinished() {
+        st.imports.push((false, "LC068".into()));
+        return dell_error(
+            StatusCode::BAD_REQUEST,
+            "IDRAC.2.8.LC068",
+            "Unable to perform the import or export operation because there are pending attribute changes or a configuration job is in progress.",
+        );
+    }
+    st.imports.push((true, String::new()));
+    let id = format!("JID_{}", st.next_job);
+    st.next_job += 1;
+    (
+        StatusCode::ACCEPTED,
+        [("location", format!("{TASKS}/{id}"))],
+        axum::Json(json!({})),
+    )
+        .into_response()
+}
+
+async fn task_get(Path(id): Path<String>) -> Response {
+    axum::Json(json!({"@odata.id": format!("{TASKS}/{id}"), "@odata.type": "#Task.v1_4_3.Task", "Id": id, "Name": "Import Configuration",
+        "TaskState": "Completed", "TaskStatus": "OK", "PercentComplete": 100,
+        "Messages": [{"MessageId": "IDRAC.2.8.SYS054", "Message": "No changes were applied since the current component configuration matched the requested configuration."}]}))
+    .into_response()
 }
 
 async fn settings_patch(AxState(s): AxState<Shared>, body: Bytes) -> Response {
@@ -568,10 +632,14 @@ async fn system_reset(AxState(s): AxState<Shared>, body: Bytes) -> Response {
 }
 
 async fn manager(AxState(_s): AxState<Shared>) -> Response {
-    axum::Json(
-        json!({"@odata.id": MANAGER, "Id": "iDRAC.Embedded.1", "ManagerType": "BMC",
-        "Links": {"Oem": {"Dell": {"DellLCService": {"@odata.id": LC_SERVICE}}}}}),
-    )
+    axum::Json(json!({"@odata.id": MANAGER, "@odata.type": "#Manager.v1_9_0.Manager", "Id": "iDRAC.Embedded.1", "Name": "Manager", "ManagerType": "BMC",
+        "Links": {"Oem": {"Dell": {"@odata.type": "#DellOem.v1_1_0.DellOemLinks", "DellLCService": {"@odata.id": LC_SERVICE}}}},
+        "Actions": {
+            "#Manager.Reset": {"ResetType@Redfish.AllowableValues": ["GracefulRestart"], "target": format!("{MANAGER}/Actions/Manager.Reset")},
+            "Oem": {"OemManager.v1_2_0#OemManager.ImportSystemConfiguration": {"target": IMPORT,
+                "ShutdownType@Redfish.AllowableValues": ["Graceful", "Forced", "NoReboot"]}},
+        },
+        "Oem": {"Dell": {"@odata.type": "#DellOem.v1_1_0.DellOemResources"}}}))
     .into_response()
 }
 
@@ -664,6 +732,11 @@ impl Emulator {
                 post(system_reset),
             )
             .route(MANAGER, get(manager))
+            .route(ROOT, get(root))
+            .route("/redfish/v1/", get(root))
+            .route(IMPORT, post(import_configuration))
+            .route(&format!("{TASKS}/{{id}}"), get(task_get))
+            .route(CLEAR_PENDING, post(clear_pending))
             .route(LC_SERVICE, get(lc_service))
             .route(LC_STATUS, post(lc_status))
             .route(
@@ -686,6 +759,12 @@ impl Emulator {
 
     pub fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
         f(&lock(&self.shared))
+    }
+
+    /// Changes the iDRAC's state as something else would (Ironic's jobs
+    /// finishing, values staged by hand).
+    pub fn with_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut lock(&self.shared))
     }
 }
 

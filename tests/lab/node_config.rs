@@ -275,8 +275,12 @@ fn check_machine(lab: &Lab, ns: &str, xr: &Value, m: &Value, dir: &Path) -> Resu
         str_at(&bmh, "/spec/networkData/name"),
         &["networkData"],
     )?;
+    // CAPM3 writes it as YAML; BMO reads it as YAML and hands Ironic JSON
+    // for the config drive's network_data.json.
+    let nd: Value =
+        serde_yaml_ng::from_str(&nd).map_err(|e| format!("{machine}: network data: {e}"))?;
     let nd_path = dir.join(format!("{machine}.network_data.json"));
-    std::fs::write(&nd_path, &nd).map_err(|e| e.to_string())?;
+    std::fs::write(&nd_path, nd.to_string()).map_err(|e| e.to_string())?;
     let out_dir = dir.join(format!("{machine}.netplan"));
     cloud_init(&[
         "devel",
