@@ -25,16 +25,7 @@ async fn bmc(emu: &Emulator, pass: &str, args: &[&str]) -> Run {
         .env("BMC_PASSWORD", pass)
         .env_remove("BMC_INSECURE")
         .env_remove("RUST_LOG")
-        .args([
-            "--request-timeout",
-            "2s",
-            "--backoff-initial",
-            "20ms",
-            "--backoff-max",
-            "200ms",
-            "--budget",
-            "20s",
-        ])
+        .args(idrac_emulator::FAST_BMC_ARGS)
         .args(args)
         .output()
         .await
@@ -686,5 +677,27 @@ async fn the_job_queue_is_read_in_one_expanded_request() {
         assert_eq!(job_gets, 0, "one GET per job");
         assert!(st.job_lists >= 1);
         assert!(st.requests.len() < 30, "{} requests", st.requests.len());
+    });
+}
+
+/// Ironic's import job appears while ours is created: the host is not
+/// restarted under it; ours runs at the reboot Ironic makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_restart_while_ironics_job_pends() {
+    let emu = Emulator::start(Config {
+        jobs_on_create: vec![("JID_000000000042", "Running")],
+        ..Config::default()
+    })
+    .await;
+    let r = bmc(&emu, PASS, &fix_args()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.starts_with("outcome=fixed") && r.stdout.contains("JID_000000000042"),
+        "{}",
+        r.stdout
+    );
+    emu.with(|st| {
+        assert!(st.power_resets.is_empty(), "{:?}", st.power_resets);
+        assert_eq!(st.jobs["JID_000000000042"].state, "Running");
     });
 }

@@ -40,27 +40,20 @@ async fn run(cmd: &mut tokio::process::Command, emu: &Emulator) -> Run {
 
 async fn fix(emu: &Emulator, extra: &[&str]) -> Run {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_metalplane-bmc"));
-    cmd.args([
-        "--request-timeout",
-        "2s",
-        "--backoff-initial",
-        "20ms",
-        "--backoff-max",
-        "200ms",
-        "--budget",
-        "20s",
-        "fix-boot-order",
-        "--poll",
-        "50ms",
-        "--jobs-poll",
-        "100ms",
-        "--media-wait",
-        "1s",
-        "--jobs-wait",
-        "500ms",
-    ])
-    .args(extra)
-    .env_remove("RUST_LOG");
+    cmd.args(idrac_emulator::FAST_BMC_ARGS)
+        .args([
+            "fix-boot-order",
+            "--poll",
+            "50ms",
+            "--jobs-poll",
+            "100ms",
+            "--media-wait",
+            "1s",
+            "--jobs-wait",
+            "500ms",
+        ])
+        .args(extra)
+        .env_remove("RUST_LOG");
     run(&mut cmd, emu).await
 }
 

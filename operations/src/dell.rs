@@ -634,12 +634,7 @@ async fn system_reset(c: &Client, ids: &Ids, reset: &str) -> Result<(), BmcError
 
 /// ForceRestart when on, On when off. Returns (reset type, power state).
 pub async fn power_reset(c: &Client, ids: &Ids) -> Result<(String, String), BmcError> {
-    let system = c.get(&ids.system_path()).await?;
-    let power = system
-        .get("PowerState")
-        .and_then(Value::as_str)
-        .unwrap_or("Unknown")
-        .to_string();
+    let (power, _) = power_and_progress(c, ids).await?;
     let reset = if power == "On" { "ForceRestart" } else { "On" };
     system_reset(c, ids, reset).await?;
     Ok((reset.to_string(), power))

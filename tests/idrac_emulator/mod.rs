@@ -28,6 +28,18 @@ pub const SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/BootSources/Se
 pub const BIOS_SETTINGS: &str = "/redfish/v1/Systems/System.Embedded.1/Bios/Settings";
 pub const JOBS: &str = "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs";
 pub const VIRTUAL: &str = "Optical.iDRACVirtual.1-1";
+/// metalplane-bmc's timings shortened so the emulator's faults play out in
+/// seconds; the budget is what a run must stay within.
+pub const FAST_BMC_ARGS: [&str; 8] = [
+    "--request-timeout",
+    "2s",
+    "--backoff-initial",
+    "20ms",
+    "--backoff-max",
+    "200ms",
+    "--budget",
+    "20s",
+];
 pub const ROOT: &str = "/redfish/v1";
 pub const IMPORT: &str =
     "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/EID_674_Manager.ImportSystemConfiguration";
@@ -73,6 +85,9 @@ pub struct Config {
     /// `LCStatus` other than Ready for this many status checks (it answers
     /// HTTP well before it takes configuration again).
     pub lc_not_ready_checks: u32,
+    /// Jobs of others that appear the moment ours is created (Ironic's
+    /// import racing the boot-order fix): (id, state).
+    pub jobs_on_create: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Config {
@@ -99,6 +114,7 @@ impl Default for Config {
             job_targets: vec![SETTINGS],
             reset_delay: Duration::ZERO,
             lc_not_ready_checks: 0,
+            jobs_on_create: vec![],
         }
     }
 }
@@ -552,6 +568,16 @@ async fn jobs_post(AxState(s): AxState<Shared>, body: Bytes) -> Response {
             target,
         },
     );
+    for (other, state) in st.cfg.jobs_on_create.clone() {
+        st.jobs.insert(
+            other.to_string(),
+            Job {
+                id: other.to_string(),
+                state: state.to_string(),
+                target: "ImportConfiguration".into(),
+            },
+        );
+    }
     (
         StatusCode::OK,
         [("location", format!("{JOBS}/{id}"))],
