@@ -151,6 +151,61 @@ pub fn quantity_mib(q: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn gpu(setup: DriverSetup, url: Option<&str>) -> Gpu {
+        Gpu {
+            setup,
+            driver_installer_url: url.map(String::from),
+            driver_installer_checksum: None,
+            model: Some("NVIDIA H200".into()),
+            count: Some(8),
+            memory: Some("143771Mi".into()),
+        }
+    }
+
+    /// Each setup runs what it says and nothing else, and every command
+    /// but the tolerant nouveau unload ends the script on failure.
+    #[test]
+    fn each_driver_setup_runs_its_steps() {
+        let joined = |g: &Gpu| gpu_commands(g).join("\n");
+        let build = joined(&gpu(DriverSetup::Build, Some("http://lan/n.run")));
+        assert!(build.contains("apt-get install") && build.contains(" dkms"));
+        assert!(build.contains("--silent --dkms"));
+        let offline = joined(&gpu(
+            DriverSetup::BuildWithImageTools,
+            Some("http://lan/n.run"),
+        ));
+        assert!(!offline.contains("apt-get") && !offline.contains("dnf"));
+        assert!(offline.contains("command -v dkms") && offline.contains("--silent --dkms"));
+        let pre = joined(&gpu(DriverSetup::Preinstalled, None));
+        assert!(!pre.contains("apt-get") && !pre.contains("curl") && !pre.contains("installer"));
+        for g in [
+            gpu(DriverSetup::Build, Some("http://lan/n.run")),
+            gpu(DriverSetup::Preinstalled, None),
+        ] {
+            let cmds = gpu_commands(&g);
+            assert!(cmds.iter().any(|c| c.starts_with("modprobe nvidia ||")));
+            assert!(cmds.last().is_some_and(|c| c.contains("WANT_COUNT=8 ")
+                && c.contains("WANT_MIB=143771 ")
+                && c.ends_with("|| exit 1")));
+            for c in &cmds {
+                assert!(
+                    c.contains("exit 1")
+                        || c == "systemctl enable --now containerd"
+                        || c == "modprobe -r nouveau || true",
+                    "fails open: {c}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_check_without_a_gpu_description() {
+        let mut g = gpu(DriverSetup::Build, Some("http://lan/n.run"));
+        (g.model, g.count, g.memory) = (None, None, None);
+        assert!(gpu_check(&g).is_none());
+        assert!(!gpu_commands(&g).iter().any(|c| c.contains("nvidia-smi")));
+    }
+
     #[test]
     fn memory_in_mib_rounds_up() {
         assert_eq!(quantity_mib("143771Mi"), Some(143771));
