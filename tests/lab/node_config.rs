@@ -446,6 +446,10 @@ fn run_sandboxed(
     ))
 }
 
+/// (case, the stubs' environment, the reason the node must stop with, or
+/// None when kubeadm must run)
+type Case = (&'static str, Vec<(&'static str, String)>, Option<&'static str>);
+
 /// The first-boot script of a GPU machine, run for every outcome: kubeadm
 /// runs only when every step succeeded and the GPUs are the spec's.
 pub(crate) fn first_boot_fails_closed(lab: &Lab, b: &Booted) -> Outcome {
@@ -455,7 +459,7 @@ pub(crate) fn first_boot_fails_closed(lab: &Lab, b: &Booted) -> Outcome {
         || format!("{}: not a join script:\n{script}", b.machine),
     )?;
     let two = format!("{H200_LINE}\n{H200_LINE}");
-    let cases: Vec<(&str, Vec<(&str, String)>, Option<&str>)> = vec![
+    let cases: Vec<Case> = vec![
         ("every step succeeds", vec![("LAB_GPUS", two.clone())], None),
         (
             "the download fails",
