@@ -215,10 +215,21 @@ pub struct WorkerSpec {
         pattern(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
     )]
     pub pool: String,
-    /// The NIC the node OS uses; default spec.host.bootInterface.
+    /// The NIC the node OS uses. A pool that sets none of bootInterface, bond, vlan and mtu takes spec.host's (all four); one that sets any describes its own network, bootInterface defaulting to spec.host.bootInterface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 15), pattern(r"^[a-zA-Z][a-zA-Z0-9._-]*$"))]
     pub boot_interface: Option<String>,
+    /// Bond these NICs and put the node address on the bond (bond0). Needs bootInterface among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bond: Option<BondSpec>,
+    /// VLAN id the node address sits on: a VLAN of the bond, or of bootInterface (the OS names it <link>.<vlan>).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4094))]
+    pub vlan: Option<i64>,
+    /// MTU of every link of the node network (NICs, bond, VLAN), e.g. 9000 for jumbo frames; at most 9000 (CAPM3 v1.13's limit). Default: the OS's (1500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1280, max = 9000))]
+    pub mtu: Option<i64>,
     /// FIRST-LAST: the pool's node addresses, in the node subnet, at least replicas of them.
     #[schemars(length(max = 31))]
     pub addresses: String,
@@ -244,6 +255,68 @@ pub struct HostSpec {
     /// Name of the NIC the node OS uses, as reported by inspection (status.hardware.nics[].name), e.g. eno1.
     #[schemars(length(max = 15), pattern(r"^[a-zA-Z][a-zA-Z0-9._-]*$"))]
     pub boot_interface: String,
+    /// Bond these NICs and put the node address on the bond (bond0). Needs bootInterface among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bond: Option<BondSpec>,
+    /// VLAN id the node address sits on: a VLAN of the bond, or of bootInterface (the OS names it <link>.<vlan>).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4094))]
+    pub vlan: Option<i64>,
+    /// MTU of every link of the node network (NICs, bond, VLAN), e.g. 9000 for jumbo frames; at most 9000 (CAPM3 v1.13's limit). Default: the OS's (1500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1280, max = 9000))]
+    pub mtu: Option<i64>,
+}
+
+/// A bond of the node's NICs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BondSpec {
+    /// 2 to 8 NICs as inspection names them (status.hardware.nics[].name).
+    #[schemars(
+        length(min = 2, max = 8),
+        inner(length(max = 15), pattern(r"^[a-zA-Z][a-zA-Z0-9._-]*$"))
+    )]
+    pub interfaces: Vec<String>,
+    /// Bonding mode, one CAPM3 v1.13 accepts: 802.3ad (LACP, default), active-backup, balance-rr, balance-xor, broadcast, balance-tlb or balance-alb.
+    #[serde(default)]
+    pub mode: BondMode,
+}
+
+/// Linux bonding modes, as CAPM3's Metal3DataTemplate takes them (no
+/// variant docs: they would make a non-structural `oneOf`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum BondMode {
+    #[default]
+    #[serde(rename = "802.3ad")]
+    Lacp,
+    #[serde(rename = "active-backup")]
+    ActiveBackup,
+    #[serde(rename = "balance-rr")]
+    BalanceRr,
+    #[serde(rename = "balance-xor")]
+    BalanceXor,
+    #[serde(rename = "broadcast")]
+    Broadcast,
+    #[serde(rename = "balance-tlb")]
+    BalanceTlb,
+    #[serde(rename = "balance-alb")]
+    BalanceAlb,
+}
+
+impl BondMode {
+    /// As CAPM3 and the kernel write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BondMode::Lacp => "802.3ad",
+            BondMode::ActiveBackup => "active-backup",
+            BondMode::BalanceRr => "balance-rr",
+            BondMode::BalanceXor => "balance-xor",
+            BondMode::Broadcast => "broadcast",
+            BondMode::BalanceTlb => "balance-tlb",
+            BondMode::BalanceAlb => "balance-alb",
+        }
+    }
 }
 
 /// Static IPv4 addressing of the node.

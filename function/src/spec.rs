@@ -62,7 +62,8 @@ impl Spec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Host {
     pub pool: String,
-    pub boot_interface: String,
+    /// bootInterface, bond, vlan, mtu.
+    pub link: crate::links::NodeLink,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -162,15 +163,22 @@ fn check(
     let pool = p
         .non_empty("spec.host.pool", &spec.host.pool)
         .and_then(|v| p.valid("spec.host.pool", v, validate::label_value));
-    let boot_interface = p
-        .non_empty("spec.host.bootInterface", &spec.host.boot_interface)
-        .and_then(|v| p.valid("spec.host.bootInterface", v, validate::interface_name));
+    let host_link = crate::links::parse(
+        p,
+        "spec.host",
+        &crate::links::Fields {
+            boot: Some(&spec.host.boot_interface),
+            bond: spec.host.bond.as_ref(),
+            vlan: spec.host.vlan,
+            mtu: spec.host.mtu,
+        },
+    );
 
     let fleet = spec.control_plane.is_some();
     let network = crate::network::parse(p, &spec.network, fleet);
     let control_plane =
         crate::topology::parse_control_plane(p, spec.control_plane.as_ref(), network.as_ref());
-    let workers = crate::topology::parse_workers(p, &spec.workers, boot_interface.as_deref());
+    let workers = crate::topology::parse_workers(p, &spec.workers, host_link.as_ref());
     if let Some(n) = &network {
         let found = crate::topology::check(n, control_plane.as_ref(), &workers, fleet);
         p.errors.extend(found);
@@ -217,7 +225,7 @@ fn check(
     Some(Spec {
         host: Host {
             pool: pool?,
-            boot_interface: boot_interface?,
+            link: host_link?,
         },
         network: network?,
         kubernetes: kubernetes?,

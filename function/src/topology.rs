@@ -48,7 +48,8 @@ pub struct Worker {
     pub replicas: u32,
     /// BareMetalHosts labelled metal.kube.farm/pool=<pool>.
     pub pool: String,
-    pub boot_interface: String,
+    /// bootInterface, bond, vlan, mtu.
+    pub link: crate::links::NodeLink,
     pub addresses: AddrRange,
     /// Merged over spec.kubernetes.nodeLabels.
     pub node_labels: BTreeMap<String, String>,
@@ -121,7 +122,7 @@ pub fn parse_control_plane(
 pub fn parse_workers(
     p: &mut Problems,
     workers: &[api::WorkerSpec],
-    default_boot_interface: Option<&str>,
+    host: Option<&crate::links::NodeLink>,
 ) -> Vec<Worker> {
     if workers.len() > MAX_WORKER_POOLS {
         p.fail(
@@ -133,9 +134,7 @@ pub fn parse_workers(
     workers
         .iter()
         .enumerate()
-        .filter_map(|(i, w)| {
-            parse_worker(p, &format!("spec.workers[{i}]"), w, default_boot_interface)
-        })
+        .filter_map(|(i, w)| parse_worker(p, &format!("spec.workers[{i}]"), w, host))
         .collect()
 }
 
@@ -143,7 +142,7 @@ fn parse_worker(
     p: &mut Problems,
     at: &str,
     w: &api::WorkerSpec,
-    default_boot_interface: Option<&str>,
+    host: Option<&crate::links::NodeLink>,
 ) -> Option<Worker> {
     let path = |f: &str| format!("{at}.{f}");
     let name = p.non_empty(&path("name"), &w.name).and_then(|n| {
@@ -169,9 +168,27 @@ fn parse_worker(
     let pool = p
         .non_empty(&path("pool"), &w.pool)
         .and_then(|v| p.valid(&path("pool"), v, validate::label_value));
-    let boot_interface = match &w.boot_interface {
-        Some(b) => p.valid(&path("bootInterface"), b, validate::interface_name),
-        None => default_boot_interface.map(str::to_string),
+    // A pool that says nothing of its network takes the host's; one that
+    // says anything describes its own, booting from the host's NIC name
+    // unless it names one.
+    let fields = crate::links::Fields {
+        boot: w.boot_interface.as_deref(),
+        bond: w.bond.as_ref(),
+        vlan: w.vlan,
+        mtu: w.mtu,
+    };
+    let link = if fields.is_empty() {
+        host.cloned()
+    } else {
+        let fields = crate::links::Fields {
+            boot: fields.boot.or(host.map(|h| h.boot.as_str())),
+            ..fields
+        };
+        match (fields.boot, host) {
+            // The host's own NIC is invalid: reported there.
+            (None, None) => None,
+            _ => crate::links::parse(p, at, &fields),
+        }
     };
     let addresses = p
         .non_empty(&path("addresses"), &w.addresses)
@@ -185,7 +202,7 @@ fn parse_worker(
         name: name?,
         replicas: replicas?,
         pool: pool?,
-        boot_interface: boot_interface?,
+        link: link?,
         addresses: addresses?,
         node_labels,
         gpu: gpu.flatten(),

@@ -51,6 +51,13 @@ pub(crate) fn rack_xr() -> Result<Value, String> {
     // H200s as NVML reports them, and the lab's installer (a stub the
     // first-boot sandbox downloads) with its checksum.
     xr["spec"]["workers"][0]["gpu"] = lab_gpu();
+    // Datacenter networking: the gpu pool bonds its two NICs (LACP) with
+    // the address on VLAN 100 and jumbo frames; the cpu pool puts it on
+    // VLAN 100 of its NIC; the control plane keeps a plain NIC.
+    xr["spec"]["workers"][0]["bond"] = json!({"interfaces": ["eno1np0", "eno2np0"]});
+    xr["spec"]["workers"][0]["vlan"] = json!(100);
+    xr["spec"]["workers"][0]["mtu"] = json!(9000);
+    xr["spec"]["workers"][1]["vlan"] = json!(100);
     xr["spec"]["cni"] = json!({"chartRepository": xtask::lab::charts::repository()});
     // The lab's wedged node is remediated after 30 s, not 5 minutes.
     xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 30});
@@ -303,8 +310,15 @@ pub(crate) fn multi_node(lab: &Lab) -> Outcome {
     day2_step("node-config", || {
         let booted = check_node_configs(lab, NS, &format!("{RACK}-cluster"))?;
         println!(
-            "  cloud-init: {} machines' user data rendered and schema-valid, network data converted to netplan, NIC names as kube-vip's and the L2 policy's",
-            booted.len()
+            "  cloud-init: {} machines' user data rendered and schema-valid, network data converted to netplan (addresses on {}), names as kube-vip's and the L2 policy's",
+            booted.len(),
+            booted
+                .iter()
+                .map(|b| b.iface.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         let gpu = booted
             .iter()

@@ -18,6 +18,11 @@ fn r630_xr() -> Result<Value, String> {
     xr["spec"]["host"]["pool"] = json!(R630);
     xr["spec"]["network"]["nodeIP"] = json!("192.168.120.71");
     xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 30});
+    // Datacenter networking on a single node: both NICs bonded
+    // (active-backup), the address on VLAN 120 of the bond, jumbo frames.
+    xr["spec"]["host"]["bond"] = json!({"interfaces": ["eno1", "eno2"], "mode": "active-backup"});
+    xr["spec"]["host"]["vlan"] = json!(120);
+    xr["spec"]["host"]["mtu"] = json!(9000);
     Ok(xr)
 }
 
@@ -50,6 +55,16 @@ pub(crate) fn inventory_any_namespace(lab: &Lab) -> Outcome {
     })
     .map_err(|e| e.to_string())?;
     phases_in_order(&phases)?;
+    // What CAPM3 rendered for the bond and VLAN, as cloud-init reads it.
+    let booted = check_node_configs(lab, LAB_NS, &format!("{R630}-cluster"))?;
+    println!(
+        "  cloud-init: the node's address on {} (bond0 of eno1+eno2, active-backup, VLAN 120, MTU 9000)",
+        booted
+            .iter()
+            .map(|b| b.iface.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     // A single node is remediated the same way: its host rebooted by BMO.
     let machine = machines_in(lab, LAB_NS, &format!("{R630}-cluster"))
         .into_iter()

@@ -300,61 +300,181 @@ fn check_machine(lab: &Lab, ns: &str, xr: &Value, m: &Value, dir: &Path) -> Resu
     let text = std::fs::read_to_string(out_dir.join("etc/netplan/50-cloud-init.yaml"))
         .map_err(|e| format!("{machine}: netplan output: {e}"))?;
     let plan: Value = serde_yaml_ng::from_str(&text).map_err(|e| format!("{machine}: {e}"))?;
-    let eths = plan["network"]["ethernets"]
-        .as_object()
-        .ok_or_else(|| format!("{machine}: netplan has no ethernets:\n{text}"))?;
-    check(eths.len() == 1, || format!("{machine}: netplan:\n{text}"))?;
-    let (iface, eth) = eths.iter().next().ok_or("no ethernet")?;
     let hw = lab
         .kube
         .get("hardwaredata", &host, Some(&host_ns))
         .ok_or_else(|| format!("{machine}: HardwareData {host} missing"))?;
-    let mac = hw
-        .pointer("/spec/hardware/nics")
-        .and_then(Value::as_array)
-        .and_then(|n| n.iter().find(|n| str_at(n, "/name") == iface))
-        .map(|n| str_at(n, "/mac").to_string())
-        .ok_or_else(|| format!("{machine}: host {host} has no NIC {iface}"))?;
-    let gateway = str_at(xr, "/spec/network/gateway");
-    let prefix = xr["spec"]["network"]["prefix"].as_u64().unwrap_or(0);
-    let address = eth["addresses"][0].as_str().unwrap_or_default().to_string();
-    let checks = [
-        (
-            "matches the host's NIC by MAC",
-            str_at(eth, "/match/macaddress") == mac,
-        ),
-        (
-            "is renamed to the inspected name",
-            str_at(eth, "/set-name") == iface,
-        ),
-        (
-            "has a static address in the node subnet",
-            address.ends_with(&format!("/{prefix}")),
-        ),
-        (
-            "routes by the gateway",
-            eth["routes"].as_array().is_some_and(|r| {
-                r.iter()
-                    .any(|r| str_at(r, "/to") == "0.0.0.0/0" && str_at(r, "/via") == gateway)
-            }),
-        ),
-        (
-            "resolves with the DNS server",
-            eth["nameservers"]["addresses"][0] == xr["spec"]["network"]["dnsServer"],
-        ),
-    ];
-    for (what, ok) in checks {
-        check(ok, || {
-            format!("{machine}: netplan's {iface} {what}? no:\n{text}")
-        })?;
-    }
+    let pool = str_at(&bmh, "/metadata/labels/metal.kube.farm~1pool");
+    let want = Expect::of(xr, pool).ok_or_else(|| format!("{machine}: no set of pool {pool}"))?;
+    let iface = check_netplan(&plan, &want, &hw, xr)
+        .map_err(|e| format!("{machine} (pool {pool}): netplan {e}:\n{text}"))?;
     Ok(Booted {
         machine,
         host,
         control_plane,
         cloud_config,
-        iface: iface.clone(),
+        iface,
     })
+}
+
+/// The node network a set's spec asks for (`spec.host` or the pool with
+/// that `pool`), read from the XR as a user reads it: a pool that says
+/// nothing of bootInterface, bond, vlan and mtu takes the host's.
+pub(crate) struct Expect {
+    pub(crate) nics: Vec<String>,
+    pub(crate) bond_mode: Option<String>,
+    pub(crate) vlan: Option<u64>,
+    pub(crate) mtu: Option<u64>,
+    pub(crate) data: String,
+}
+
+impl Expect {
+    pub(crate) fn of(xr: &Value, pool: &str) -> Option<Self> {
+        let host = &xr["spec"]["host"];
+        let set = if str_at(host, "/pool") == pool {
+            host
+        } else {
+            xr["spec"]["workers"]
+                .as_array()?
+                .iter()
+                .find(|w| str_at(w, "/pool") == pool)?
+        };
+        let own = ["bootInterface", "bond", "vlan", "mtu"]
+            .iter()
+            .any(|k| set.get(*k).is_some());
+        let src = if own { set } else { host };
+        let boot = src
+            .get("bootInterface")
+            .or(host.get("bootInterface"))?
+            .as_str()?
+            .to_string();
+        let bond = src.get("bond");
+        let nics = match bond {
+            Some(b) => b["interfaces"]
+                .as_array()?
+                .iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect(),
+            None => vec![boot.clone()],
+        };
+        let bond_mode = bond.map(|b| b["mode"].as_str().unwrap_or("802.3ad").to_string());
+        let vlan = src.get("vlan").and_then(Value::as_u64);
+        let base = if bond.is_some() {
+            "bond0".to_string()
+        } else {
+            boot
+        };
+        let data = match vlan {
+            Some(v) => format!("{base}.{v}"),
+            None => base,
+        };
+        Some(Self {
+            nics,
+            bond_mode,
+            vlan,
+            mtu: src.get("mtu").and_then(Value::as_u64),
+            data,
+        })
+    }
+}
+
+/// Checks cloud-init's netplan against the spec: each NIC matched by its
+/// MAC and renamed to its inspected name, the bond with its members and
+/// mode, the VLAN with its id and link, the MTU on every link, and the
+/// static address, default route and DNS on the data interface alone.
+/// Returns the data interface's name.
+fn check_netplan(plan: &Value, want: &Expect, hw: &Value, xr: &Value) -> Result<String, String> {
+    let net = &plan["network"];
+    let section = |s: &str| net[s].as_object().cloned().unwrap_or_default();
+    let (eths, bonds, vlans) = (section("ethernets"), section("bonds"), section("vlans"));
+    let mtu_ok = |e: &Value| want.mtu.is_none_or(|m| e["mtu"].as_u64() == Some(m));
+    let names: Vec<&String> = eths.keys().collect();
+    if names.len() != want.nics.len() || want.nics.iter().any(|n| !eths.contains_key(n)) {
+        return Err(format!("ethernets {names:?}, not {:?}", want.nics));
+    }
+    for nic in &want.nics {
+        let e = &eths[nic];
+        let mac = hw
+            .pointer("/spec/hardware/nics")
+            .and_then(Value::as_array)
+            .and_then(|n| n.iter().find(|n| str_at(n, "/name") == nic))
+            .map(|n| str_at(n, "/mac").to_string())
+            .ok_or_else(|| format!("names NIC {nic}, which the host does not have"))?;
+        if str_at(e, "/match/macaddress") != mac || str_at(e, "/set-name") != nic || !mtu_ok(e) {
+            return Err(format!(
+                "{nic} is not matched by {mac}, renamed to {nic} with MTU {:?}",
+                want.mtu
+            ));
+        }
+    }
+    match &want.bond_mode {
+        Some(mode) => {
+            let b = bonds.get("bond0").ok_or("has no bond0")?;
+            let members: Vec<&str> = b["interfaces"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if members != want.nics.iter().map(String::as_str).collect::<Vec<_>>()
+                || str_at(b, "/parameters/mode") != mode
+                || !mtu_ok(b)
+            {
+                return Err(format!(
+                    "bond0 is not {:?} in mode {mode} with MTU {:?}",
+                    want.nics, want.mtu
+                ));
+            }
+        }
+        None if !bonds.is_empty() => return Err("has a bond the spec does not ask for".into()),
+        None => {}
+    }
+    match want.vlan {
+        Some(id) => {
+            let v = vlans
+                .get(&want.data)
+                .ok_or_else(|| format!("has no VLAN {}", want.data))?;
+            let link = want
+                .data
+                .rsplit_once('.')
+                .map(|(l, _)| l)
+                .unwrap_or_default();
+            if v["id"].as_u64() != Some(id) || str_at(v, "/link") != link || !mtu_ok(v) {
+                return Err(format!(
+                    "VLAN {} is not id {id} on {link} with MTU {:?}",
+                    want.data, want.mtu
+                ));
+            }
+        }
+        None if !vlans.is_empty() => return Err("has a VLAN the spec does not ask for".into()),
+        None => {}
+    }
+    let addressed: Vec<(&String, &Value)> = eths
+        .iter()
+        .chain(bonds.iter())
+        .chain(vlans.iter())
+        .filter(|(_, e)| e.get("addresses").is_some())
+        .collect();
+    let [(name, e)] = addressed.as_slice() else {
+        return Err(format!("addresses {} links, not one", addressed.len()));
+    };
+    if **name != want.data {
+        return Err(format!("puts the address on {name}, not {}", want.data));
+    }
+    let gateway = str_at(xr, "/spec/network/gateway");
+    let prefix = xr["spec"]["network"]["prefix"].as_u64().unwrap_or(0);
+    let address = e["addresses"][0].as_str().unwrap_or_default();
+    let routed = e["routes"].as_array().is_some_and(|r| {
+        r.iter()
+            .any(|r| str_at(r, "/to") == "0.0.0.0/0" && str_at(r, "/via") == gateway)
+    });
+    if !address.ends_with(&format!("/{prefix}"))
+        || !routed
+        || e["nameservers"]["addresses"][0] != xr["spec"]["network"]["dnsServer"]
+    {
+        return Err(format!(
+            "{name} lacks its static address, default route by {gateway} or DNS"
+        ));
+    }
+    Ok(name.to_string())
 }
 
 fn first_line(s: &str) -> &str {
@@ -448,7 +568,11 @@ fn run_sandboxed(
 
 /// (case, the stubs' environment, the reason the node must stop with, or
 /// None when kubeadm must run)
-type Case = (&'static str, Vec<(&'static str, String)>, Option<&'static str>);
+type Case = (
+    &'static str,
+    Vec<(&'static str, String)>,
+    Option<&'static str>,
+);
 
 /// The first-boot script of a GPU machine, run for every outcome: kubeadm
 /// runs only when every step succeeded and the GPUs are the spec's.

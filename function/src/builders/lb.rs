@@ -52,9 +52,10 @@ pub fn l2_policy(mc: &MetalCluster, names: &Names) -> Value {
         "kind": "CiliumL2AnnouncementPolicy",
         "metadata": {"name": POLICY_NAME},
         "spec": {
-            // Answer ARP for LoadBalancer IPs on the nodes' own NICs only,
-            // every set's: the lease can go to any node, and a node with
-            // none of the names announces nothing (Cilium's l2announcer).
+            // Answer ARP for LoadBalancer IPs on the nodes' data
+            // interfaces only, every set's: the lease can go to any node,
+            // and a node with none of the names announces nothing
+            // (Cilium's l2announcer).
             "interfaces": interface_patterns(mc),
             "loadBalancerIPs": true,
             "externalIPs": false,
@@ -69,18 +70,20 @@ pub fn l2_policy(mc: &MetalCluster, names: &Names) -> Value {
     )
 }
 
-/// Anchored patterns for the node NIC of the control plane and of every
-/// pool, each name once, the control plane's first.
+/// Anchored patterns for the data interface (the NIC, bond or VLAN with
+/// the node address) of the control plane and of every pool, each once,
+/// the control plane's first.
 pub fn interface_patterns(mc: &MetalCluster) -> Vec<String> {
-    let mut names: Vec<&str> = vec![&mc.spec.host.boot_interface];
+    let mut names = vec![mc.spec.host.link.data_interface()];
     for w in &mc.spec.workers {
-        if !names.contains(&w.boot_interface.as_str()) {
-            names.push(&w.boot_interface);
+        let n = w.link.data_interface();
+        if !names.contains(&n) {
+            names.push(n);
         }
     }
     names
         .into_iter()
-        .map(|n| format!("^{}$", regex_escape(n)))
+        .map(|n| format!("^{}$", regex_escape(&n)))
         .collect()
 }
 

@@ -5,6 +5,8 @@
 use serde_json::{Value, json};
 
 use super::{POOL_LABEL, object, with_spec};
+use crate::api::BondMode;
+use crate::links::{BOND_NAME, NodeLink};
 use crate::names::Names;
 use crate::spec::MetalCluster;
 
@@ -38,7 +40,7 @@ pub const CP_DATA_TEMPLATE: &str = "metal3datatemplate";
 /// change makes new templates and KCP rolls onto them.
 pub fn control_plane_templates(mc: &MetalCluster, names: &Names) -> ([(String, Value); 2], String) {
     let pool = &mc.spec.host.pool;
-    let iface = &mc.spec.host.boot_interface;
+    let iface = &mc.spec.host.link;
     if !mc.spec.rollable() {
         let data = network_data(mc, names, &names.data_template, iface, &names.ippool);
         let machine = template(mc, &names.machine_template, &names.data_template, pool);
@@ -94,34 +96,28 @@ pub fn template(mc: &MetalCluster, name: &str, data_template: &str, pool: &str) 
     )
 }
 
-/// A Metal3DataTemplate: a static address from `ippool` on `iface`.
+/// A Metal3DataTemplate: the node's links (`link`) and a static address
+/// from `ippool` on its data interface.
 pub fn network_data(
     mc: &MetalCluster,
     names: &Names,
     name: &str,
-    iface: &str,
+    link: &NodeLink,
     ippool: &str,
 ) -> Value {
+    let data = link.data_interface();
     with_spec(
         object(mc, API_VERSION, "Metal3DataTemplate", name),
         json!({
             // Deprecated on CAPM3 main but still required by v1.13.x.
             "clusterName": names.cluster,
             "networkData": {
-                // `name` as inspection saw it: cloud-init renames the NIC
-                // with that MAC, so kube-vip's and Cilium's interface names
-                // hold on the installed OS whatever it would call the NIC.
-                "links": {"ethernets": [{
-                    "id": iface,
-                    "type": "phy",
-                    "name": iface,
-                    "macAddress": {"fromHostInterface": iface},
-                }]},
+                "links": links(link),
                 // Without a static address the node takes a DHCP lease that
                 // does not match the control plane endpoint.
                 "networks": {"ipv4": [{
                     "id": "baremetal",
-                    "link": iface,
+                    "link": data,
                     "ipAddressFromIPPool": ippool,
                     "routes": [{
                         "network": "0.0.0.0",
@@ -133,4 +129,63 @@ pub fn network_data(
             },
         }),
     )
+}
+
+/// The transmit hash policy of a bond mode. CAPM3 always renders one, and
+/// cloud-init turns an empty one into a bond without its mode; `layer3+4`
+/// spreads flows over the members where the mode hashes, `layer2` (the
+/// kernel's default) elsewhere, where it is unused.
+pub fn xmit_hash_policy(mode: BondMode) -> &'static str {
+    match mode {
+        BondMode::Lacp | BondMode::BalanceXor | BondMode::BalanceTlb | BondMode::BalanceAlb => {
+            "layer3+4"
+        }
+        BondMode::ActiveBackup | BondMode::BalanceRr | BondMode::Broadcast => "layer2",
+    }
+}
+
+/// Each link with the `name` the OS is to use: cloud-init renames a NIC
+/// with the link's MAC to it, so the names kube-vip and Cilium are given
+/// hold on the installed OS whatever it would call the NIC. The bond and
+/// the VLAN take the boot NIC's MAC (the one the host is known by).
+pub fn links(link: &NodeLink) -> Value {
+    let with_mtu = |mut v: Value| {
+        if let (Some(m), Value::Object(o)) = (link.mtu, &mut v) {
+            o.insert("mtu".into(), json!(m));
+        }
+        v
+    };
+    let mac = |nic: &str| json!({"fromHostInterface": nic});
+    let ethernets: Vec<Value> = link
+        .nics()
+        .into_iter()
+        .map(|nic| with_mtu(json!({"id": nic, "type": "phy", "name": nic, "macAddress": mac(nic)})))
+        .collect();
+    let mut out = json!({"ethernets": ethernets});
+    if let Some(b) = &link.bond {
+        out["bonds"] = json!([with_mtu(json!({
+            "id": BOND_NAME,
+            "name": BOND_NAME,
+            "bondMode": b.mode.as_str(),
+            "bondXmitHashPolicy": xmit_hash_policy(b.mode),
+            "bondLinks": b.interfaces,
+            "macAddress": mac(&link.boot),
+            // CAPM3 v1.13 requires a parameter but types its value as an
+            // object, so no scalar such as miimon can pass; one without a
+            // value renders null, which cloud-init drops: the bond runs
+            // with netplan's defaults (docs/networking.md).
+            "parameters": [{"name": "miimon"}],
+        }))]);
+    }
+    if let Some(v) = link.vlan {
+        let id = link.data_interface();
+        out["vlans"] = json!([with_mtu(json!({
+            "id": id,
+            "name": id,
+            "vlanID": v,
+            "vlanLink": link.base(),
+            "macAddress": mac(&link.boot),
+        }))]);
+    }
+    out
 }

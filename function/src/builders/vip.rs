@@ -45,7 +45,7 @@ pub fn manifest(mc: &MetalCluster, image: &str) -> Value {
                 "env": [
                     env("address", mc.spec.control_plane.endpoint.to_string()),
                     env("port", API_SERVER_PORT.to_string()),
-                    env("vip_interface", mc.spec.host.boot_interface.clone()),
+                    env("vip_interface", mc.spec.host.link.data_interface()),
                     env("vip_subnet", "32".into()),
                     env("vip_arp", "true".into()),
                     env("cp_enable", "true".into()),

@@ -49,7 +49,7 @@ pub fn templates(mc: &MetalCluster, names: &Names, w: &Worker) -> PoolTemplates 
     let p = names.pool(&mc.name, &w.name);
     let r = resource_name(w);
     let base = &p.machines;
-    let mut data = metal3::network_data(mc, names, base, &w.boot_interface, &p.ippool);
+    let mut data = metal3::network_data(mc, names, base, &w.link, &p.ippool);
     let data_name = super::name_by_content(&mut data, base);
     let mut machine = metal3::template(mc, base, &data_name, &w.pool);
     let machine_name = super::name_by_content(&mut machine, base);

@@ -4,10 +4,18 @@
 
 use serde_json::{Value, json};
 
-/// The three objects of host `name` in `pool`, booting from `nic`; `n`
-/// makes its MAC, BMC address and serial unique.
+/// The second NIC of a host whose first is `nic`, named as the same
+/// vendor names it (eno1 -> eno2, eno1np0 -> eno2np0): bonds pair them.
+pub fn second_nic(nic: &str) -> String {
+    nic.replacen('1', "2", 1)
+}
+
+/// The three objects of host `name` in `pool`, booting from `nic` and
+/// with a second NIC (`second_nic`); `n` makes its MACs, BMC address and
+/// serial unique.
 pub fn host_docs(ns: &str, name: &str, pool: &str, nic: &str, n: usize) -> [Value; 3] {
     let mac = format!("18:66:da:00:{:02x}:{:02x}", n / 256, n % 256);
+    let mac2 = format!("18:66:da:01:{:02x}:{:02x}", n / 256, n % 256);
     [
         json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -34,7 +42,10 @@ pub fn host_docs(ns: &str, name: &str, pool: &str, nic: &str, n: usize) -> [Valu
                 "hostname": name,
                 "cpu": {"arch": "x86_64", "model": "Intel Xeon Gold 6248", "clockMegahertz": 2500, "count": 80, "flags": ["vmx"]},
                 "ramMebibytes": 393216,
-                "nics": [{"name": nic, "mac": mac, "speedGbps": 25, "pxe": true}],
+                "nics": [
+                    {"name": nic, "mac": mac, "speedGbps": 25, "pxe": true},
+                    {"name": second_nic(nic), "mac": mac2, "speedGbps": 25},
+                ],
                 "storage": [{"name": "/dev/sda", "sizeBytes": 960197124096_u64, "rotational": false, "type": "SSD"}],
                 "systemVendor": {"manufacturer": "Supermicro", "productName": "SYS-4029GP-TRT", "serialNumber": format!("LABF{n:03}")},
                 "firmware": {"bios": {"vendor": "American Megatrends", "version": "3.4", "date": "01/01/2025"}},
