@@ -456,7 +456,7 @@ fn values_reaching_the_shell_are_quoted() {
 
 #[test]
 fn quoting_is_a_second_line_of_defence() {
-    use metalplane::builders::bootstrap::sh_quote;
+    use metalplane::builders::driver::sh_quote;
     for hostile in ["a'b", "$(reboot)", "`id`", "a b; rm -rf /", "\"x\""] {
         let q = sh_quote(hostile);
         assert_eq!(

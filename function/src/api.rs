@@ -219,17 +219,9 @@ pub struct WorkerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 15), pattern(r"^[a-zA-Z][a-zA-Z0-9._-]*$"))]
     pub boot_interface: Option<String>,
-    /// Bond these NICs and put the node address on the bond (bond0). Needs bootInterface among them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bond: Option<BondSpec>,
-    /// VLAN id the node address sits on: a VLAN of the bond, or of bootInterface (the OS names it <link>.<vlan>).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 4094))]
-    pub vlan: Option<i64>,
-    /// MTU of every link of the node network (NICs, bond, VLAN), e.g. 9000 for jumbo frames; at most 9000 (CAPM3 v1.13's limit). Default: the OS's (1500).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1280, max = 9000))]
-    pub mtu: Option<i64>,
+    /// bond, vlan, mtu.
+    #[serde(flatten)]
+    pub link: LinkSpec,
     /// FIRST-LAST: the pool's node addresses, in the node subnet, at least replicas of them.
     #[schemars(length(max = 31))]
     pub addresses: String,
@@ -255,6 +247,16 @@ pub struct HostSpec {
     /// Name of the NIC the node OS uses, as reported by inspection (status.hardware.nics[].name), e.g. eno1.
     #[schemars(length(max = 15), pattern(r"^[a-zA-Z][a-zA-Z0-9._-]*$"))]
     pub boot_interface: String,
+    /// bond, vlan, mtu.
+    #[serde(flatten)]
+    pub link: LinkSpec,
+}
+
+/// The node network's bond, VLAN and MTU, the same on `spec.host` and
+/// each pool (flattened into both).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkSpec {
     /// Bond these NICs and put the node address on the bond (bond0). Needs bootInterface among them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bond: Option<BondSpec>,

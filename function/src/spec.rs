@@ -168,9 +168,9 @@ fn check(
         "spec.host",
         &crate::links::Fields {
             boot: Some(&spec.host.boot_interface),
-            bond: spec.host.bond.as_ref(),
-            vlan: spec.host.vlan,
-            mtu: spec.host.mtu,
+            bond: spec.host.link.bond.as_ref(),
+            vlan: spec.host.link.vlan,
+            mtu: spec.host.link.mtu,
         },
     );
 

@@ -173,9 +173,9 @@ fn parse_worker(
     // unless it names one.
     let fields = crate::links::Fields {
         boot: w.boot_interface.as_deref(),
-        bond: w.bond.as_ref(),
-        vlan: w.vlan,
-        mtu: w.mtu,
+        bond: w.link.bond.as_ref(),
+        vlan: w.link.vlan,
+        mtu: w.link.mtu,
     };
     let link = if fields.is_empty() {
         host.cloned()

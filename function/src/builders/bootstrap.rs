@@ -1,10 +1,10 @@
 //! kubeadm bootstrap details: node registration, the login user and the
 //! first-boot commands (the GPU driver's are `driver`'s).
 //!
-//! Every value that reaches a shell here is validated by `spec` first and
-//! single-quoted here as well, so a value can never become shell syntax.
+//! Every value that reaches a shell is validated by `spec` first and
+//! single-quoted as well (`driver::sh_quote`), so a value can never become
+//! shell syntax.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
@@ -71,14 +71,6 @@ pub fn users(mc: &MetalCluster) -> Option<Value> {
         "sudo": "ALL=(ALL) NOPASSWD:ALL",
         "shell": "/bin/bash",
     }]))
-}
-
-/// Single-quotes a value for sh. Validation already refused NUL and every
-/// metacharacter; quoting is the second line of defence.
-pub fn sh_quote(s: &str) -> String {
-    shlex::try_quote(s)
-        .map(Cow::into_owned)
-        .unwrap_or_else(|_| "''".to_string())
 }
 
 /// The control plane's first-boot commands: the GPU driver (spec.gpu) and,

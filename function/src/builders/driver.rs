@@ -10,7 +10,8 @@
 //!
 //! Every value from the spec is validated first and single-quoted here.
 
-use super::bootstrap::sh_quote;
+use std::borrow::Cow;
+
 use crate::api::DriverSetup;
 use crate::spec::Gpu;
 
@@ -23,6 +24,14 @@ pub const GPU_QUERY: &str =
 pub const GPU_LIST: &str = "/run/metalplane-gpus.csv";
 /// The prefix of every message the node prints when it stops.
 pub const STOP: &str = "metalplane: stopping before kubeadm:";
+
+/// Single-quotes a value for sh. Validation already refused NUL and every
+/// metacharacter; quoting is the second line of defence.
+pub fn sh_quote(s: &str) -> String {
+    shlex::try_quote(s)
+        .map(Cow::into_owned)
+        .unwrap_or_else(|_| "''".to_string())
+}
 
 /// `cmd`, ending the first-boot script when it fails.
 fn step(cmd: &str, what: &str) -> String {
