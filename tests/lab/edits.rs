@@ -25,11 +25,21 @@ pub(crate) fn edits(lab: &Lab) -> Outcome {
     let generation = x.pointer("/metadata/generation").cloned();
     // One valid new value per refused field (valid for the schema, so the
     // refusal is the edit rule's).
-    let refused: [(&str, Value); 20] = [
+    let refused: [(&str, Value); 24] = [
         ("host.pool", json!({"host": {"pool": "r740"}})),
         (
             "host.bootInterface",
             json!({"host": {"bootInterface": "eno2"}}),
+        ),
+        (
+            "host.bond",
+            json!({"host": {"bond": {"interfaces": ["eno1", "eno2"]}}}),
+        ),
+        ("host.vlan", json!({"host": {"vlan": 120}})),
+        ("host.mtu", json!({"host": {"mtu": 9000}})),
+        (
+            "gpu.driverSetup",
+            json!({"gpu": {"driverSetup": "BuildWithImageTools"}}),
         ),
         (
             "network.nodeIP",
