@@ -52,7 +52,7 @@ def compose(xr):
     iface = host["bootInterface"]
     out["metal3datatemplate"] = obj(ns, f"{infra}/v1beta2", "Metal3DataTemplate", n["dt"], {
         "clusterName": n["cluster"], "networkData": {
-            "links": {"ethernets": [{"id": iface, "type": "phy", "macAddress": {"fromHostInterface": iface}}]},
+            "links": {"ethernets": [{"id": iface, "type": "phy", "name": iface, "macAddress": {"fromHostInterface": iface}}]},
             "networks": {"ipv4": [{"id": "baremetal", "link": iface, "ipAddressFromIPPool": n["ippool"],
                                    "routes": [{"network": "0.0.0.0", "prefix": 0, "gateway": {"fromIPPool": n["ippool"]}}]}]},
             "services": {"dns": [net["dnsServer"]]}}})
@@ -70,17 +70,28 @@ def compose(xr):
     gpu = spec.get("gpu")
     if gpu:
         q = shlex.quote
+        stop = "metalplane: stopping before kubeadm:"
+
+        def step(cmd, what):
+            # Every step ends the boot script on failure, before kubeadm.
+            return f"{cmd} || {{ echo {q(f'{stop} {what} failed')} >&2; exit 1; }}"
+
         cmds = [
             "systemctl enable --now containerd",
-            "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > /etc/modprobe.d/blacklist-nouveau.conf",
+            step("printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > /etc/modprobe.d/blacklist-nouveau.conf",
+                 "blacklisting nouveau"),
             "modprobe -r nouveau || true",
-            'if command -v apt-get >/dev/null 2>&1; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "linux-headers-$(uname -r)" gcc make; else dnf install -y "kernel-devel-$(uname -r)" gcc make; fi',
-            f"install -d -m 0700 {q('/var/lib/metalplane')} && curl -fsSL --retry 5 --retry-delay 5 -o {q(INSTALLER)} {q(gpu['driverInstallerURL'])}",
+            step('if command -v apt-get >/dev/null 2>&1; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "linux-headers-$(uname -r)" gcc make dkms; else dnf install -y "kernel-devel-$(uname -r)" gcc make dkms; fi',
+                 "installing the kernel headers, compiler and DKMS"),
+            step(f"install -d -m 0700 {q('/var/lib/metalplane')} && curl -fsSL --retry 5 --retry-delay 5 -o {q(INSTALLER)} {q(gpu['driverInstallerURL'])}",
+                 "downloading the GPU driver installer"),
         ]
         if gpu.get("driverInstallerChecksum"):
             line = q(f"{gpu['driverInstallerChecksum'].lower()}  {INSTALLER}")
-            cmds.append(f"echo {line} | sha256sum -c - || {{ rm -f {q(INSTALLER)}; echo 'metalplane: GPU driver installer sha256 mismatch' >&2; exit 1; }}")
-        cmds += [f"sh {q(INSTALLER)} --silent", "modprobe nvidia"]
+            msg = q(f"{stop} the sha256 of the GPU driver installer does not match gpu.driverInstallerChecksum")
+            cmds.append(f"echo {line} | sha256sum -c - || {{ rm -f {q(INSTALLER)}; echo {msg} >&2; exit 1; }}")
+        cmds += [step(f"sh {q(INSTALLER)} --silent --dkms", "installing the GPU driver"),
+                 step("modprobe nvidia", "loading the nvidia kernel module")]
         cfg["preKubeadmCommands"] = cmds
     out["kubeadmcontrolplane"] = obj(ns, "controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", n["cluster"], {
         "replicas": 1, "version": k8s["version"],

@@ -593,7 +593,9 @@ pub(crate) fn first_boot_fails_closed(lab: &Lab, b: &Booted) -> Outcome {
         (
             "the checksum fails",
             vec![("LAB_GPUS", two.clone()), ("LAB_CORRUPT", "1".into())],
-            Some("sha256 does not match gpu.driverInstallerChecksum"),
+            Some(
+                "the sha256 of the GPU driver installer does not match gpu.driverInstallerChecksum",
+            ),
         ),
         (
             "the installer fails",

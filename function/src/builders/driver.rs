@@ -79,7 +79,7 @@ pub fn gpu_commands(gpu: &Gpu) -> Vec<String> {
                 "echo {line} | sha256sum -c - || {{ rm -f {installer}; echo {msg} >&2; exit 1; }}",
                 line = sh_quote(&format!("{sum}  {INSTALLER_PATH}")),
                 msg = sh_quote(&format!(
-                    "{STOP} the GPU driver installer's sha256 does not match gpu.driverInstallerChecksum"
+                    "{STOP} the sha256 of the GPU driver installer does not match gpu.driverInstallerChecksum"
                 )),
             ));
         }
