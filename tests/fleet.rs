@@ -1287,14 +1287,7 @@ fn the_pod_range_holds_a_node_range_for_every_node() {
 /// policy use.
 #[test]
 fn every_sets_nic_is_named_and_announced() {
-    let mc = metalplane::spec::parse(&fleet_xr()).expect("valid");
-    let names = metalplane::names::Names::new(&mc.name);
-    let policy = metalplane::builders::lb::l2_policy(&mc, &names);
-    assert_eq!(
-        policy["spec"]["forProvider"]["manifest"]["spec"]["interfaces"],
-        json!(["^eno1$", "^eno1np0$"]),
-        "{policy}"
-    );
+    assert_eq!(l2_interfaces(&fleet_xr()), json!(["^eno1$", "^eno1np0$"]));
     let d = desired(&compose(&request(&fleet_xr(), &BTreeMap::new(), Some(&[]))));
     let mut links = 0;
     for (k, v) in &d {

@@ -85,13 +85,11 @@ fn bonds_vlans_and_mtu_render_into_valid_data_templates() {
 /// set's data interface: where the node address is.
 #[test]
 fn kube_vip_and_l2_announcements_use_the_data_interface() {
-    let mc = metalplane::spec::parse(&networked_fleet()).expect("valid");
-    let names = metalplane::names::Names::new(&mc.name);
-    let policy = metalplane::builders::lb::l2_policy(&mc, &names);
     assert_eq!(
-        policy["spec"]["forProvider"]["manifest"]["spec"]["interfaces"],
+        l2_interfaces(&networked_fleet()),
         json!(["^eno1\\.100$", "^bond0\\.100$"])
     );
+    let mc = metalplane::spec::parse(&networked_fleet()).expect("valid");
     let pod = metalplane::builders::vip::manifest(&mc, "ghcr.io/kube-vip/kube-vip:v1.0.0");
     let env = pod["spec"]["containers"][0]["env"]
         .as_array()

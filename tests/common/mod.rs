@@ -590,3 +590,12 @@ pub fn template<'a>(d: &'a BTreeMap<String, Value>, prefix: &str) -> &'a Value {
     assert_eq!(found.len(), 1, "one {prefix}.<hash> in {:?}", d.keys());
     found[0]
 }
+
+/// The `interfaces` of the Cilium L2 announcement policy composed for `xr`.
+pub fn l2_interfaces(xr: &Value) -> Value {
+    let mc = metalplane::spec::parse(xr).expect("valid");
+    let names = metalplane::names::Names::new(&mc.name);
+    metalplane::builders::lb::l2_policy(&mc, &names)["spec"]["forProvider"]["manifest"]["spec"]
+        ["interfaces"]
+        .clone()
+}

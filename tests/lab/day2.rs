@@ -61,14 +61,7 @@ fn rack_machines(lab: &Lab) -> Vec<MachineSeen> {
 /// The workload cluster's Nodes, read through its API endpoint with the
 /// kubeconfig CAPI wrote (so a read also proves the endpoint answers).
 pub(crate) fn workload_nodes(lab: &Lab, ns: &str, cluster: &str) -> Result<Vec<Value>, String> {
-    use base64::Engine;
-    let secret = lab
-        .kube
-        .get("secret", &format!("{cluster}-kubeconfig"), Some(ns))
-        .ok_or_else(|| format!("no kubeconfig Secret of {cluster}"))?;
-    let text = base64::engine::general_purpose::STANDARD
-        .decode(str_at(&secret, "/data/value"))
-        .map_err(|e| format!("kubeconfig Secret: {e}"))?;
+    let text = secret_value(lab, ns, &format!("{cluster}-kubeconfig"), &["value"])?;
     let path = lab
         .state
         .join(format!("{ns}-{cluster}-workload.kubeconfig"));

@@ -15,8 +15,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use base64::Engine;
-
 use super::*;
 
 /// What the lab's driver installer is: the stub the sandbox downloads. The
@@ -56,22 +54,6 @@ fn cloud_init(args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn secret_value(lab: &Lab, ns: &str, name: &str, keys: &[&str]) -> Result<String, String> {
-    let s = lab
-        .kube
-        .get("secret", name, Some(ns))
-        .ok_or_else(|| format!("Secret {ns}/{name} missing"))?;
-    let b64 = keys
-        .iter()
-        .map(|k| str_at(&s, &format!("/data/{k}")))
-        .find(|v| !v.is_empty())
-        .ok_or_else(|| format!("Secret {ns}/{name} has none of {keys:?}"))?;
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .map_err(|e| format!("Secret {ns}/{name}: {e}"))?;
-    String::from_utf8(raw).map_err(|e| format!("Secret {ns}/{name}: {e}"))
-}
-
 /// One machine as its host will boot it.
 pub(crate) struct Booted {
     pub(crate) machine: String,
@@ -79,7 +61,7 @@ pub(crate) struct Booted {
     pub(crate) control_plane: bool,
     /// The rendered cloud-config (Jinja done).
     pub(crate) cloud_config: PathBuf,
-    /// netplan's one ethernet: (interface name, its MAC match, addresses).
+    /// The link netplan puts the node address on (NIC, bond or VLAN).
     pub(crate) iface: String,
 }
 
@@ -96,8 +78,10 @@ pub(crate) fn check_node_configs(
             .ok_or_else(|| format!("Cluster {ns}/{cluster} missing"))?;
         str_at(&c, "/metadata/labels/crossplane.io~1composite").to_string()
     };
-    let xr =
-        get_in(lab, ns, &xr_name).ok_or_else(|| format!("MetalCluster {ns}/{xr_name} missing"))?;
+    let xr = lab
+        .kube
+        .get("metalcluster", &xr_name, Some(ns))
+        .ok_or_else(|| format!("MetalCluster {ns}/{xr_name} missing"))?;
     let machines: Vec<Value> = lab
         .kube
         .list("machines.cluster.x-k8s.io", Some(ns))
@@ -180,10 +164,6 @@ pub(crate) fn check_node_configs(
         }
     }
     Ok(out)
-}
-
-fn get_in(lab: &Lab, ns: &str, name: &str) -> Option<Value> {
-    lab.kube.get("metalcluster", name, Some(ns))
 }
 
 fn check_machine(lab: &Lab, ns: &str, xr: &Value, m: &Value, dir: &Path) -> Result<Booted, String> {

@@ -311,6 +311,29 @@ pub(crate) fn xr_condition(x: &Value, typ: &str) -> (String, String, String) {
         .unwrap_or_default()
 }
 
+/// The text of the first of `keys` that Secret `ns`/`name` holds.
+pub(crate) fn secret_value(
+    lab: &Lab,
+    ns: &str,
+    name: &str,
+    keys: &[&str],
+) -> Result<String, String> {
+    use base64::Engine;
+    let s = lab
+        .kube
+        .get("secret", name, Some(ns))
+        .ok_or_else(|| format!("Secret {ns}/{name} missing"))?;
+    let b64 = keys
+        .iter()
+        .map(|k| str_at(&s, &format!("/data/{k}")))
+        .find(|v| !v.is_empty())
+        .ok_or_else(|| format!("Secret {ns}/{name} has none of {keys:?}"))?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| format!("Secret {ns}/{name}: {e}"))?;
+    String::from_utf8(raw).map_err(|e| format!("Secret {ns}/{name}: {e}"))
+}
+
 /// An object inside `who`'s workload cluster, read with its kubeconfig.
 pub(crate) fn workload_get(
     lab: &Lab,
@@ -319,12 +342,12 @@ pub(crate) fn workload_get(
     name: &str,
     ns: &str,
 ) -> Result<Option<Value>, String> {
-    use base64::Engine;
-    let secret = get(lab, "secret", &format!("{}-kubeconfig", who.cluster()))
-        .ok_or_else(|| format!("no kubeconfig Secret of {}", who.cluster()))?;
-    let text = base64::engine::general_purpose::STANDARD
-        .decode(str_at(&secret, "/data/value"))
-        .map_err(|e| format!("kubeconfig Secret: {e}"))?;
+    let text = secret_value(
+        lab,
+        NS,
+        &format!("{}-kubeconfig", who.cluster()),
+        &["value"],
+    )?;
     let path = lab.state.join(format!("{}-workload.kubeconfig", who.xr));
     std::fs::write(&path, text).map_err(|e| e.to_string())?;
     let path = path.display().to_string();
