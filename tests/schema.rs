@@ -107,13 +107,26 @@ fn every_composed_object_validates_against_upstream_crds() {
     }
 }
 
+/// What Crossplane's composite reconciler does to a composed kind: watch
+/// it, apply it (create, patch), garbage-collect it (update, delete).
+const COMPOSE_VERBS: [&str; 6] = ["list", "watch", "create", "patch", "update", "delete"];
+
 /// Crossplane may manage every kind the function composes: kinds of
 /// Crossplane packages (helm, kubernetes, Usages) are granted by their
-/// packages, every other kind by apis/metalclusters/rbac.yaml.
+/// packages, every other kind by apis/metalclusters/rbac.yaml, with the
+/// verbs the composite reconciler uses and no wildcard.
 #[test]
 fn crossplane_is_granted_every_composed_kind() {
     let rbac = load_yaml(&repo_root().join("apis/metalclusters/rbac.yaml"));
     let rules = rbac[0]["rules"].as_array().expect("rules").clone();
+    for r in &rules {
+        for key in ["apiGroups", "resources", "verbs"] {
+            assert!(
+                !r[key].as_array().expect(key).iter().any(|v| v == "*"),
+                "a wildcard in {r}"
+            );
+        }
+    }
     let granted = |group: &str, plural: &str| {
         rules.iter().any(|r| {
             r["apiGroups"]
@@ -122,9 +135,11 @@ fn crossplane_is_granted_every_composed_kind() {
                 && r["resources"]
                     .as_array()
                     .is_some_and(|p| p.iter().any(|p| p == plural))
-                && r["verbs"]
-                    .as_array()
-                    .is_some_and(|v| v.iter().any(|v| v == "*"))
+                && COMPOSE_VERBS.iter().all(|want| {
+                    r["verbs"]
+                        .as_array()
+                        .is_some_and(|v| v.iter().any(|v| v == want))
+                })
         })
     };
     for (name, xr, observed) in scenarios() {

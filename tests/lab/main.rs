@@ -26,6 +26,7 @@ mod multi_node;
 mod namespaces;
 mod node_config;
 mod operation;
+mod privilege;
 mod provision;
 mod support;
 mod teardown;
@@ -40,6 +41,7 @@ use multi_node::*;
 use namespaces::*;
 use node_config::*;
 use operation::*;
+use privilege::*;
 use provision::*;
 use support::*;
 use teardown::*;
@@ -60,7 +62,7 @@ fn main() -> ExitCode {
     // Groups run in order; the scenarios of one group run at the same time
     // (independent: their own namespaces, hosts and addresses), to keep CI
     // short as scenarios are added.
-    let groups: [&[Scenario]; 13] = [
+    let groups: [&[Scenario]; 14] = [
         &[("install", install)],
         &[("provision", provision)],
         &[("operation", operation)],
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         &[("edits", edits)],
         &[("host-error", host_error)],
         &[("fleet-and-secrets", fleet_and_secrets)],
+        &[("least-privilege", least_privilege)],
         &[("fleet-teardown", |l| teardown(l, R740, true))],
         &[("teardown-background", |l| teardown(l, R730, false))],
         &[("bad-input-then-function-restart", bad_input_and_restart)],
@@ -140,6 +143,16 @@ fn main() -> ExitCode {
             failed.extend(bad);
             // Later scenarios build on this one's end state.
             break;
+        }
+    }
+    // Over the whole run: no controller was refused anything.
+    if failed.is_empty() {
+        match privilege::nothing_forbidden(&lab) {
+            Ok(()) => println!("check nothing-forbidden ... ok"),
+            Err(e) => {
+                println!("check nothing-forbidden ... FAILED\n  {e}");
+                failed.push("nothing-forbidden");
+            }
         }
     }
     if failed.is_empty() && std::env::var_os("METALPLANE_LAB_KEEP").is_none() {

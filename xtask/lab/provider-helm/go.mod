@@ -2,7 +2,10 @@ module github.com/kube-farm/metalplane/xtask/lab/provider-helm
 
 go 1.26.7
 
-require github.com/crossplane-contrib/provider-helm v1.3.0
+require (
+	github.com/crossplane-contrib/provider-helm v1.3.0
+	helm.sh/helm/v3 v3.21.1
+)
 
 require (
 	cloud.google.com/go/compute/metadata v0.9.0 // indirect
@@ -28,6 +31,7 @@ require (
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
 	github.com/Masterminds/sprig/v3 v3.3.0 // indirect
 	github.com/Masterminds/squirrel v1.5.4 // indirect
+	github.com/Masterminds/vcs v1.13.3 // indirect
 	github.com/alecthomas/kingpin/v2 v2.4.0 // indirect
 	github.com/alecthomas/units v0.0.0-20240927000941-0f3dac36c52b // indirect
 	github.com/asaskevich/govalidator v0.0.0-20230301143203-a9d515a09cc2 // indirect
@@ -57,6 +61,7 @@ require (
 	github.com/containerd/errdefs v1.0.0 // indirect
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/platforms v0.2.1 // indirect
+	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/crossplane-contrib/provider-kubernetes v1.2.0 // indirect
 	github.com/crossplane/crossplane-runtime v1.20.0 // indirect
 	github.com/crossplane/crossplane-runtime/v2 v2.2.3 // indirect
@@ -92,6 +97,7 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.26.0 // indirect
 	github.com/gobuffalo/flect v1.0.3 // indirect
 	github.com/gobwas/glob v0.2.3 // indirect
+	github.com/gofrs/flock v0.13.0 // indirect
 	github.com/golang-jwt/jwt/v4 v4.5.2 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.0 // indirect
 	github.com/google/btree v1.1.3 // indirect
@@ -174,7 +180,6 @@ require (
 	gopkg.in/retry.v1 v1.0.3 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	helm.sh/helm/v3 v3.21.1 // indirect
 	k8s.io/api v0.35.5 // indirect
 	k8s.io/apiextensions-apiserver v0.35.5 // indirect
 	k8s.io/apimachinery v0.35.5 // indirect

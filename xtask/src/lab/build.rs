@@ -67,27 +67,58 @@ pub fn bin_dir() -> Result<PathBuf, LabError> {
     Ok(cache_root().join(format!("bin-{}", go_sum_key(&module_dir())?)))
 }
 
-/// Providers the lab runs as processes, each from its own module in
-/// `xtask/lab/<name>/` (their Kubernetes and crossplane-runtime versions
-/// differ from the lab module's): (binary name, Go package).
-pub const PROVIDER_BINARIES: &[(&str, &str)] = &[
-    (
-        "provider-helm",
-        "github.com/crossplane-contrib/provider-helm/cmd/provider",
-    ),
-    (
-        "provider-kubernetes",
-        "github.com/crossplane-contrib/provider-kubernetes/cmd/provider",
-    ),
+/// Programs built in a module of their own in `xtask/lab/<module>/`
+/// (their Kubernetes and crossplane-runtime versions differ from the lab
+/// module's).
+pub struct ModuleBinary {
+    pub name: &'static str,
+    pub module: &'static str,
+    pub package: &'static str,
+    /// Link-time settings beyond ldflags().
+    pub extra_ldflags: &'static str,
+}
+
+pub const PROVIDER_BINARIES: &[ModuleBinary] = &[
+    ModuleBinary {
+        name: "provider-helm",
+        module: "provider-helm",
+        package: "github.com/crossplane-contrib/provider-helm/cmd/provider",
+        // provider-helm has no metrics flag and takes controller-runtime's
+        // default :8080, which Crossplane's RBAC manager (no flag either)
+        // also takes. In a pod each has its own network; in the lab's one
+        // namespace provider-helm's default moves to PROVIDER_HELM_METRICS.
+        extra_ldflags: "-X sigs.k8s.io/controller-runtime/pkg/metrics/server.DefaultBindAddress=127.0.0.1:8085",
+    },
+    ModuleBinary {
+        name: "provider-kubernetes",
+        module: "provider-kubernetes",
+        package: "github.com/crossplane-contrib/provider-kubernetes/cmd/provider",
+        extra_ldflags: "",
+    },
+    // Renders Crossplane's Helm chart for its RBAC (identity::helm_rbac):
+    // the Helm of provider-helm's module, so no module is added.
+    ModuleBinary {
+        name: "helm",
+        module: "provider-helm",
+        package: "helm.sh/helm/v3/cmd/helm",
+        extra_ldflags: "",
+    },
 ];
+
+/// provider-helm's metrics port (see PROVIDER_BINARIES).
+pub const PROVIDER_HELM_METRICS: u16 = 8085;
 
 /// Modules the checksum database has no entries for: Metal3's, and the
 /// Nebius SDK version provider-kubernetes is raised to.
 const GONOSUMDB: &str = "github.com/metal3-io,github.com/nebius";
 
-/// A provider's binary, keyed by its own module's go.sum.
+/// A PROVIDER_BINARIES program, keyed by its module's go.sum.
 pub fn provider_bin(name: &str) -> Result<PathBuf, LabError> {
-    let module = module_dir().join(name);
+    let b = PROVIDER_BINARIES
+        .iter()
+        .find(|b| b.name == name)
+        .ok_or_else(|| LabError::new(format!("no module binary {name}")))?;
+    let module = module_dir().join(b.module);
     Ok(cache_root().join(format!("{name}-{}", go_sum_key(&module)?)))
 }
 
@@ -122,21 +153,27 @@ pub fn ensure_binaries() -> Result<PathBuf, LabError> {
             i + 1,
             missing.len()
         ));
-        go_build(&module_dir(), &dir.join(name), pkg)?;
+        go_build(&module_dir(), &dir.join(name), pkg, "")?;
     }
-    for (name, pkg) in PROVIDER_BINARIES {
-        let out = provider_bin(name)?;
+    for b in PROVIDER_BINARIES {
+        let out = provider_bin(b.name)?;
         if !out.exists() {
             progress(&format!(
-                "building {name} from {pkg} (its own module, about 5 min cold)"
+                "building {} from {} (module {}, about 5 min cold)",
+                b.name, b.package, b.module
             ));
-            go_build(&module_dir().join(name), &out, pkg)?;
+            go_build(
+                &module_dir().join(b.module),
+                &out,
+                b.package,
+                b.extra_ldflags,
+            )?;
         }
     }
     Ok(dir)
 }
 
-fn go_build(module: &Path, out: &Path, pkg: &str) -> Result<(), LabError> {
+fn go_build(module: &Path, out: &Path, pkg: &str, extra_ldflags: &str) -> Result<(), LabError> {
     let started = std::time::Instant::now();
     // Build to a temporary name, then rename: an interrupted build never
     // leaves a half-written binary that would count as present.
@@ -146,7 +183,9 @@ fn go_build(module: &Path, out: &Path, pkg: &str) -> Result<(), LabError> {
         .env("GOFLAGS", "-mod=mod")
         .env("GONOSUMDB", GONOSUMDB)
         .env("GOTOOLCHAIN", "local")
-        .args(["build", "-trimpath", "-ldflags", &ldflags(), "-o"])
+        .args(["build", "-trimpath", "-ldflags"])
+        .arg(format!("{} {extra_ldflags}", ldflags()).trim())
+        .arg("-o")
         .arg(&tmp)
         .arg(pkg)
         .status()

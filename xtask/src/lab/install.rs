@@ -12,9 +12,7 @@ use super::kube::{self, load_yaml, str_at};
 use super::procs::{self, Spec};
 use super::{
     CROSSPLANE_HEALTH_PORT, CROSSPLANE_WEBHOOK_PORT, FUNCTION_PORT, Lab, LabError, REGISTRY_PORT,
-    build, manifests,
-    pki::{self, Pki},
-    progress,
+    build, identity, manifests, pki::Pki, progress,
 };
 
 /// The Function's name once Crossplane's package manager has installed it
@@ -177,10 +175,32 @@ fn ns(lab: &Lab, name: &str) -> Result<(), LabError> {
 pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     let src = build::module_src("github.com/crossplane/crossplane/v2")?;
     ns(lab, "crossplane-system")?;
-    let env = |spec: &mut Spec| {
-        spec.env
-            .push(("POD_NAMESPACE".into(), "crossplane-system".into()));
-    };
+    // The chart's ServiceAccounts, ClusterRoles and bindings, rendered by
+    // Helm with the chart's defaults (the RBAC manager deployed).
+    identity::helm_rbac(
+        lab,
+        &build::provider_bin("helm")?,
+        &src.join("cluster/charts/crossplane"),
+        "crossplane",
+        "crossplane-system",
+    )?;
+    // `crossplane` is an aggregated ClusterRole: wait for the aggregator
+    // (kube-controller-manager) to fill it before Crossplane starts.
+    procs::wait_for(
+        "Crossplane's aggregated ClusterRole",
+        Duration::from_secs(60),
+        || {
+            lab.kube
+                .get("clusterrole", "crossplane", None)
+                .and_then(|r| {
+                    r.get("rules")
+                        .and_then(Value::as_array)
+                        .map(|r| !r.is_empty())
+                })
+                .unwrap_or(false)
+        },
+    )?;
+    let core = identity::kubeconfig(lab, &core_account())?;
     if lab
         .kube
         .get("crd", "compositions.apiextensions.crossplane.io", None)
@@ -199,7 +219,7 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
                 .args(["core", "init", "--enable-webhooks=false", "--activation=*"])
                 // kong spells the flag --cr-ds-path; the variable is stable.
                 .env("CRDS_PATH", src.join("cluster/crds"))
-                .env("KUBECONFIG", &lab.kube.kubeconfig)
+                .env("KUBECONFIG", &core)
                 .env("POD_NAMESPACE", "crossplane-system")
                 // init insists on generating its CA and client secrets; the
                 // lab's own certificates are what core start uses.
@@ -226,7 +246,38 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         .map(|d| manifests::webhook_config_by_url(d, "lab", CROSSPLANE_WEBHOOK_PORT, &ca))
         .collect();
     lab.kube.apply(&hooks)?;
-    let mut spec = lab.spec(
+    start_core(lab, pki)?;
+    // The RBAC manager, with the chart's flags: it writes the ClusterRoles
+    // of every XRD and provider, aggregates them into Crossplane's and
+    // binds each provider's to its ServiceAccount.
+    let rbac = identity::kubeconfig(
+        lab,
+        &identity::Account::new("crossplane-system", "rbac-manager"),
+    )?;
+    let spec = lab.spec_as(
+        "crossplane-rbac-manager",
+        "crossplane",
+        &[
+            "rbac".into(),
+            "start".into(),
+            "--provider-clusterrole=crossplane:allowed-provider-permissions".into(),
+        ],
+        &rbac,
+    );
+    lab.start_and_wait(&spec, Duration::from_secs(60), || {
+        procs::port_open(RBAC_MANAGER_METRICS_PORT)
+    })
+}
+
+/// Crossplane core's ServiceAccount (its chart's).
+fn core_account() -> identity::Account {
+    identity::Account::new("crossplane-system", "crossplane")
+}
+
+/// `crossplane core start` as its ServiceAccount (crossplane() wrote its
+/// kubeconfig).
+fn start_core(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
+    let mut spec = lab.spec_as(
         "crossplane",
         "crossplane",
         &[
@@ -236,7 +287,7 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
             "--enable-operations".into(),
             "--enable-webhooks".into(),
             format!("--webhook-port={CROSSPLANE_WEBHOOK_PORT}"),
-            // 8080 stays free: provider-helm serves its metrics there (no flag).
+            // 8080 stays free: the RBAC manager serves its metrics there (no flag).
             "--metrics-port=8082".into(),
             format!("--health-probe-port={CROSSPLANE_HEALTH_PORT}"),
             format!("--tls-server-certs-dir={}", pki.server_dir().display()),
@@ -246,8 +297,10 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
             ),
             format!("--xpkg-cache-dir={}", lab.path("xpkg-cache")),
         ],
+        &identity::kubeconfig_path(lab, &core_account()),
     );
-    env(&mut spec);
+    spec.env
+        .push(("POD_NAMESPACE".into(), "crossplane-system".into()));
     // The package cache does not create its folder: a missing one fails
     // every pull with "read/write on closed pipe" (the cache's reader end
     // of the tee closes at once).
@@ -257,6 +310,22 @@ pub fn crossplane(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         procs::http_ok(CROSSPLANE_HEALTH_PORT, "/readyz")
     })
 }
+
+/// Restarts a controller as a crashed pod would be: `crossplane` or
+/// `provider-kubernetes` (what the least-privilege scenario restarts so
+/// that each starts its informers and reconciles anew).
+pub fn restart(lab: &Lab, pki: &Pki, name: &str) -> Result<(), LabError> {
+    lab.procs.stop(name);
+    match name {
+        "crossplane" => start_core(lab, pki),
+        "provider-kubernetes" => start_provider_kubernetes(lab, pki).map(|_| ()),
+        other => Err(LabError::new(format!("the lab cannot restart {other}"))),
+    }
+}
+
+/// controller-runtime's default metrics port, where the RBAC manager
+/// serves (it has no flag for it).
+const RBAC_MANAGER_METRICS_PORT: u16 = 8080;
 
 /// Cluster API core, KCP, CABPK, CAPM3, IPAM and BMO: CRDs, webhooks by
 /// URL, then the processes.
@@ -292,13 +361,23 @@ pub fn cluster_api(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
             .map_err(|e| LabError::new(format!("bmo certs: {e}")))?;
     }
     for c in CONTROLLERS {
+        let rbac = controller_rbac(lab, c)?;
+        identity::apply_rbac(lab, &rbac)?;
+        identity::kubeconfig(lab, &identity::service_account(&rbac, c.name)?)?;
         lab.procs
-            .start(&controller_spec(lab, c, &c.args(&cert_dir)))?;
+            .start(&controller_spec(lab, c, &c.args(&cert_dir))?)?;
     }
     for c in CONTROLLERS {
         wait_controller(lab, c)?;
     }
     workload(lab)
+}
+
+/// A controller's RBAC exactly as its project's `config/default` renders
+/// it (identity::kustomized).
+fn controller_rbac(lab: &Lab, c: &Controller) -> Result<Vec<Value>, LabError> {
+    let root = build::module_src(c.module)?.join(c.subdir);
+    identity::kustomized(lab, &root.join("config/default"))
 }
 
 /// BMO's webhook server has no cert-dir flag: it reads
@@ -307,13 +386,17 @@ fn bmo_tmp(lab: &Lab) -> PathBuf {
     lab.state.join("bmo-tmp")
 }
 
-fn controller_spec(lab: &Lab, c: &Controller, args: &[String]) -> Spec {
-    let mut spec = lab.spec(c.name, c.binary, args);
+/// A controller as its own ServiceAccount (the one its `config/default`
+/// binds; identity::kustomized applied it and wrote its kubeconfig).
+fn controller_spec(lab: &Lab, c: &Controller, args: &[String]) -> Result<Spec, LabError> {
+    let sa = identity::service_account(&controller_rbac(lab, c)?, c.name)?;
+    let kubeconfig = identity::kubeconfig_path(lab, &sa);
+    let mut spec = lab.spec_as(c.name, c.binary, args, &kubeconfig);
     if c.name == "bmo" {
         spec.env
             .push(("TMPDIR".into(), bmo_tmp(lab).display().to_string()));
     }
-    spec
+    Ok(spec)
 }
 
 fn wait_controller(lab: &Lab, c: &Controller) -> Result<(), LabError> {
@@ -340,7 +423,7 @@ pub fn restart_bmo(lab: &Lab, scope: Option<&str>) -> Result<(), LabError> {
         .ok_or_else(|| LabError::new("no bmo controller"))?;
     lab.procs.stop(c.name);
     lab.procs
-        .start(&controller_spec(lab, c, &c.bmo_args(scope)))?;
+        .start(&controller_spec(lab, c, &c.bmo_args(scope))?)?;
     wait_controller(lab, c)
 }
 
@@ -350,13 +433,17 @@ pub const WORKLOAD_HEALTH_PORT: u16 = 9610;
 /// The stand-in for the servers' OS: boots a node when its host is
 /// provisioned and serves the workload API at the cluster's endpoint.
 pub fn workload(lab: &Lab) -> Result<(), LabError> {
-    let spec = lab.spec(
+    let rbac = kube::load_yaml(&build::module_dir().join("workload/rbac.yaml"))?;
+    identity::apply_rbac(lab, &rbac)?;
+    let kubeconfig = identity::kubeconfig(lab, &identity::service_account(&rbac, "workload")?)?;
+    let spec = lab.spec_as(
         "workload",
         "workload",
         &[
             format!("--health-addr=127.0.0.1:{WORKLOAD_HEALTH_PORT}"),
             format!("--addons-kubeconfig={}", lab.addons_kubeconfig().display()),
         ],
+        &kubeconfig,
     );
     lab.start_and_wait(&spec, Duration::from_secs(60), || {
         procs::http_ok(WORKLOAD_HEALTH_PORT, "/readyz")
@@ -461,6 +548,13 @@ pub fn function(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     })
 }
 
+/// MetalPlane's RBAC, every file a user applies (README, install).
+pub const RBAC_FILES: &[&str] = &[
+    "apis/metalclusters/rbac.yaml",
+    "apis/operations/rbac.yaml",
+    "apis/providers/rbac.yaml",
+];
+
 /// The registry address inside the lab.
 pub fn registry() -> String {
     format!("localhost:{REGISTRY_PORT}")
@@ -518,7 +612,7 @@ pub fn packages(lab: &Lab, packages: &Packages) -> Result<(), LabError> {
         ),
     ])?;
     let root = crate::repo_root();
-    for f in ["apis/metalclusters/rbac.yaml", "apis/operations/rbac.yaml"] {
+    for f in RBAC_FILES {
         lab.kube.apply_file(&root.join(f))?;
     }
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
@@ -592,11 +686,139 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The ServiceAccount Crossplane's Deployment runtime gives a provider
+/// revision: the `serviceAccountTemplate` name of its DeploymentRuntimeConfig
+/// (an ImageConfig's `runtime.configRef` for its image, else the
+/// revision's own reference), else the revision's name.
+pub fn provider_account(lab: &Lab, rev: &Value) -> identity::Account {
+    let images = [
+        str_at(rev, "/status/resolvedImage"),
+        str_at(rev, "/spec/image"),
+    ];
+    let from_image = lab
+        .kube
+        .list("imageconfigs.pkg.crossplane.io", None)
+        .into_iter()
+        .filter_map(|ic| {
+            let config = str_at(&ic, "/spec/runtime/configRef/name").to_string();
+            let prefixes: Vec<String> = ic
+                .pointer("/spec/matchImages")
+                .and_then(Value::as_array)
+                .map(|m| m.iter().map(|p| str_at(p, "/prefix").to_string()).collect())
+                .unwrap_or_default();
+            let longest = prefixes
+                .iter()
+                .filter(|p| {
+                    images
+                        .iter()
+                        .any(|i| !i.is_empty() && i.starts_with(p.as_str()))
+                })
+                .map(String::len)
+                .max()?;
+            (!config.is_empty()).then_some((longest, config))
+        })
+        .max()
+        .map(|(_, c)| c);
+    let config = from_image.unwrap_or_else(|| {
+        let r = str_at(rev, "/spec/runtimeConfigRef/name");
+        if r.is_empty() { "default" } else { r }.to_string()
+    });
+    let sa = lab
+        .kube
+        .get("deploymentruntimeconfigs.pkg.crossplane.io", &config, None)
+        .map(|c| str_at(&c, "/spec/serviceAccountTemplate/metadata/name").to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| str_at(rev, "/metadata/name").to_string());
+    identity::Account::new("crossplane-system", &sa)
+}
+
+/// What the Deployment runtime creates for a provider revision and the
+/// RBAC manager binds the revision's system ClusterRole to: the
+/// ServiceAccount and a Deployment (no replicas: the lab runs the process)
+/// naming it, both controlled by the revision.
+fn provider_identity(lab: &Lab, rev: &Value) -> Result<(), LabError> {
+    let name = str_at(rev, "/metadata/name");
+    let owner = json!([{
+        "apiVersion": "pkg.crossplane.io/v1",
+        "kind": "ProviderRevision",
+        "name": name,
+        "uid": str_at(rev, "/metadata/uid"),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }]);
+    let sa = provider_account(lab, rev);
+    let labels = json!({"pkg.crossplane.io/revision": name});
+    lab.kube.apply(&[
+        json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": sa.name, "namespace": sa.namespace, "ownerReferences": owner},
+        }),
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": sa.namespace, "ownerReferences": owner},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": sa.name,
+                        "containers": [{"name": "package-runtime", "image": str_at(rev, "/spec/image")}],
+                    },
+                },
+            },
+        }),
+    ])
+}
+
+/// The active revision of a provider package, once there is one.
+fn active_provider_revision(lab: &Lab, package: &str) -> Option<Value> {
+    lab.kube
+        .list("providerrevisions", None)
+        .into_iter()
+        .find(|r| {
+            str_at(r, "/metadata/labels/pkg.crossplane.io~1package") == package
+                && str_at(r, "/spec/desiredState") == "Active"
+        })
+}
+
+/// A provider's kubeconfig: its runtime ServiceAccount's, once the RBAC
+/// manager has bound the revision's system ClusterRole to it.
+fn provider_kubeconfig(lab: &Lab, package: &str) -> Result<std::path::PathBuf, LabError> {
+    let rev = active_provider_revision(lab, package)
+        .ok_or_else(|| LabError::new(format!("{package} has no active revision")))?;
+    let sa = provider_account(lab, &rev);
+    let binding = format!(
+        "crossplane:provider:{}:system",
+        str_at(&rev, "/metadata/name")
+    );
+    procs::wait_for(
+        &format!("the RBAC manager binding {binding} to {}", sa.user()),
+        Duration::from_secs(120),
+        || {
+            lab.kube
+                .get("clusterrolebinding", &binding, None)
+                .and_then(|b| b.get("subjects").and_then(Value::as_array).cloned())
+                .is_some_and(|s| {
+                    s.iter().any(|s| {
+                        str_at(s, "/name") == sa.name && str_at(s, "/namespace") == sa.namespace
+                    })
+                })
+        },
+    )?;
+    identity::kubeconfig(lab, &sa)
+}
+
 fn publish_revision(lab: &Lab, kind: &str, rev: &Value, data: &Value) -> Result<(), LabError> {
     let name = str_at(rev, "/metadata/name");
     let package = str_at(rev, "/metadata/labels/pkg.crossplane.io~1package");
     if package.is_empty() {
         return Err(LabError::new(format!("{name} has no package label yet")));
+    }
+    if kind == "providerrevisions" {
+        provider_identity(lab, rev)?;
     }
     // Under the Deployment runtime the package manager names these
     // `<package>-tls-server` and `-tls-client` and the runtime controller
@@ -661,43 +883,26 @@ pub fn providers(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
         "releases.helm.m.crossplane.io",
         "provider-helm's CRDs (installed by the package manager)",
     )?;
-    let mut spec = lab.spec("provider-helm", "provider-helm", &["--poll=1m".into()]);
+    let creds = provider_kubeconfig(lab, PROVIDER_HELM)?;
+    let mut spec = lab.spec_as(
+        "provider-helm",
+        "provider-helm",
+        &["--poll=1m".into()],
+        &creds,
+    );
     spec.program = build::provider_bin("provider-helm")?;
-    lab.start_and_wait(&spec, Duration::from_secs(60), || procs::port_open(8080))?;
+    lab.start_and_wait(&spec, Duration::from_secs(60), || {
+        procs::port_open(build::PROVIDER_HELM_METRICS)
+    })?;
 
     wait_crd(
         lab,
         "objects.kubernetes.m.crossplane.io",
         "provider-kubernetes's CRDs (installed by the package manager)",
     )?;
-    // Not --sanitize-secrets: the secrets scenario proves MetalPlane's
-    // objects leak nothing even where status mirrors Secrets.
-    let mut spec = lab.spec(
-        "provider-kubernetes",
-        "provider-kubernetes",
-        &[
-            "--poll=1m".into(),
-            format!("--metrics-bind-address=127.0.0.1:{PK_METRICS_PORT}"),
-            format!("--health-probe-bind-addr=127.0.0.1:{PK_HEALTH_PORT}"),
-            format!("--webhook-port={PK_WEBHOOK_PORT}"),
-        ],
-    );
-    spec.program = build::provider_bin("provider-kubernetes")?;
-    // Its conversion webhook (cluster-scoped Objects) serves with the lab's
-    // server certificate.
-    spec.env.push((
-        "TLS_SERVER_CERTS_DIR".into(),
-        pki.server_dir().display().to_string(),
-    ));
-    lab.start_and_wait(&spec, Duration::from_secs(60), || {
-        procs::port_open(PK_HEALTH_PORT)
-    })?;
+    let creds = start_provider_kubernetes(lab, pki)?;
     // What a real install gets from InjectedIdentity, for a process: the
-    // management cluster's credentials from a file, never from a Secret.
-    let creds = lab.state_path("provider-kubernetes.kubeconfig");
-    let text =
-        pki::kubeconfig_inline(pki, &format!("https://127.0.0.1:{}", super::APISERVER_PORT))?;
-    std::fs::write(&creds, text).map_err(|e| LabError::new(format!("{}: {e}", creds.display())))?;
+    // provider's own ServiceAccount, from a file, never from a Secret.
     lab.kube.apply(&[json!({
         "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
         "kind": "ClusterProviderConfig",
@@ -709,6 +914,40 @@ pub fn providers(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
     })])?;
     modelplane(lab)
 }
+
+/// provider-kubernetes as its runtime ServiceAccount; that account's
+/// kubeconfig.
+fn start_provider_kubernetes(lab: &Lab, pki: &Pki) -> Result<std::path::PathBuf, LabError> {
+    // Not --sanitize-secrets: the secrets scenario proves MetalPlane's
+    // objects leak nothing even where status mirrors Secrets.
+    let creds = provider_kubeconfig(lab, PROVIDER_KUBERNETES)?;
+    let mut spec = lab.spec_as(
+        "provider-kubernetes",
+        "provider-kubernetes",
+        &[
+            "--poll=1m".into(),
+            format!("--metrics-bind-address=127.0.0.1:{PK_METRICS_PORT}"),
+            format!("--health-probe-bind-addr=127.0.0.1:{PK_HEALTH_PORT}"),
+            format!("--webhook-port={PK_WEBHOOK_PORT}"),
+        ],
+        &creds,
+    );
+    spec.program = build::provider_bin("provider-kubernetes")?;
+    // Its conversion webhook (cluster-scoped Objects) serves with the lab's
+    // server certificate.
+    spec.env.push((
+        "TLS_SERVER_CERTS_DIR".into(),
+        pki.server_dir().display().to_string(),
+    ));
+    lab.start_and_wait(&spec, Duration::from_secs(60), || {
+        procs::port_open(PK_HEALTH_PORT)
+    })?;
+    Ok(creds)
+}
+
+/// The provider packages' names (Crossplane's dependency naming).
+const PROVIDER_HELM: &str = "crossplane-contrib-provider-helm";
+const PROVIDER_KUBERNETES: &str = "crossplane-contrib-provider-kubernetes";
 
 /// provider-kubernetes's ports in the netns (8080/8081 and 9443 are taken
 /// by provider-helm and Crossplane).

@@ -7,6 +7,7 @@ pub mod build;
 pub mod charts;
 pub mod demo;
 pub mod hosts;
+pub mod identity;
 pub mod install;
 pub mod kube;
 pub mod manifests;
@@ -94,16 +95,34 @@ impl Lab {
         self.state.join(p).display().to_string()
     }
 
+    /// A process that needs no API server credentials.
     fn spec(&self, name: &'static str, binary: &str, args: &[String]) -> Spec {
         Spec {
             name,
             program: self.bin.join(binary),
             args: args.to_vec(),
-            env: vec![(
-                "KUBECONFIG".into(),
-                self.kube.kubeconfig.display().to_string(),
-            )],
+            env: vec![],
         }
+    }
+
+    /// A process talking to the API server as `kubeconfig`'s identity
+    /// (never the admin's: see identity.rs).
+    fn spec_as(
+        &self,
+        name: &'static str,
+        binary: &str,
+        args: &[String],
+        kubeconfig: &std::path::Path,
+    ) -> Spec {
+        let mut spec = self.spec(name, binary, args);
+        spec.env
+            .push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
+        spec
+    }
+
+    /// The main API server's audit log (identity::denied reads it).
+    pub fn audit_log(&self) -> PathBuf {
+        self.state.join("logs/audit.log")
     }
 
     fn start_and_wait(
@@ -130,7 +149,7 @@ impl Lab {
     fn apiserver_args(&self, pki: &pki::Pki, port: u16, prefix: &str, certs: &str) -> Vec<String> {
         let d = |p: PathBuf| p.display().to_string();
         let server = pki.server_dir();
-        vec![
+        let mut args = vec![
             "--etcd-servers=http://127.0.0.1:2379".into(),
             format!("--etcd-prefix={prefix}"),
             "--bind-address=127.0.0.1".into(),
@@ -149,7 +168,17 @@ impl Lab {
             "--endpoint-reconciler-type=none".into(),
             "--allow-privileged=true".into(),
             format!("--cert-dir={}", self.path(certs)),
-        ]
+        ];
+        if port == APISERVER_PORT {
+            // Every refusal of the authorizer, by whom and for what: the
+            // lab's check that no controller lacks a permission.
+            args.extend([
+                format!("--audit-policy-file={}", self.path("audit-policy.yaml")),
+                format!("--audit-log-path={}", d(self.audit_log())),
+                "--audit-log-format=json".into(),
+            ]);
+        }
+        args
     }
 
     /// The add-on API server: a second, real kube-apiserver (own etcd
@@ -213,6 +242,11 @@ impl Lab {
         };
         self.start_and_wait(&spec, Duration::from_secs(30), || procs::port_open(2379))?;
 
+        std::fs::create_dir_all(self.state.join("logs"))
+            .and_then(|_| {
+                std::fs::write(self.state.join("audit-policy.yaml"), identity::AUDIT_POLICY)
+            })
+            .map_err(|e| LabError::new(format!("audit policy: {e}")))?;
         let apiserver = self.spec(
             "kube-apiserver",
             "kube-apiserver",
@@ -222,16 +256,26 @@ impl Lab {
 
         // The garbage collector and namespace controller: without them no
         // owner-reference cascade (composed resources, Machines) happens.
+        // The ClusterRole aggregator: Crossplane's and CAPI's roles are
+        // aggregated ones. As in a kubeadm cluster, the manager is
+        // system:kube-controller-manager and each controller runs as its
+        // own ServiceAccount in kube-system (bootstrap policy roles).
+        let kcm_kubeconfig = self.state.join("kube-controller-manager.kubeconfig");
+        std::fs::write(
+            &kcm_kubeconfig,
+            pki::kcm_kubeconfig(pki, &format!("https://127.0.0.1:{APISERVER_PORT}")),
+        )
+        .map_err(|e| LabError::new(format!("controller-manager kubeconfig: {e}")))?;
         let kcm = self.spec(
             "kube-controller-manager",
             "kube-controller-manager",
             &[
-                format!("--kubeconfig={}", self.kube.kubeconfig.display()),
-                "--controllers=garbagecollector,namespace".into(),
+                format!("--kubeconfig={}", kcm_kubeconfig.display()),
+                "--controllers=garbagecollector,namespace,clusterrole-aggregation".into(),
                 "--bind-address=127.0.0.1".into(),
                 "--secure-port=10257".into(),
                 "--leader-elect=false".into(),
-                "--use-service-account-credentials=false".into(),
+                "--use-service-account-credentials=true".into(),
             ],
         );
         self.start_and_wait(&kcm, Duration::from_secs(60), || procs::port_open(10257))
@@ -288,6 +332,11 @@ impl Lab {
     /// Starts the function again, as a restarted pod would be.
     pub fn start_function(&self) -> Result<(), LabError> {
         install::function(self, &self.pki()?)
+    }
+
+    /// Restarts `crossplane` or `provider-kubernetes` (install::restart).
+    pub fn restart(&self, name: &str) -> Result<(), LabError> {
+        install::restart(self, &self.pki()?, name)
     }
 
     /// Stops what `up` started, removes the namespace and the state.

@@ -1,6 +1,7 @@
 //! The lab's certificates: one CA, one serving certificate for 127.0.0.1
 //! (API server, every webhook, the function), client certificates for the
-//! admin (system:masters) and for Crossplane dialling functions, and the
+//! admin (system:masters, the harness's kubectl only), for
+//! kube-controller-manager and for Crossplane dialling functions, and the
 //! service-account key pair.
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,14 @@ impl Pki {
     }
     pub fn admin_key(&self) -> PathBuf {
         self.dir.join("admin.key")
+    }
+    /// kube-controller-manager's own identity (the bootstrap policy's
+    /// `system:kube-controller-manager` user).
+    pub fn kcm_cert(&self) -> PathBuf {
+        self.dir.join("kcm.crt")
+    }
+    pub fn kcm_key(&self) -> PathBuf {
+        self.dir.join("kcm.key")
     }
     pub fn sa_key(&self) -> PathBuf {
         self.dir.join("sa.key")
@@ -95,7 +104,9 @@ pub fn ensure(dir: &Path) -> Result<Pki, LabError> {
     let pki = Pki {
         dir: dir.to_path_buf(),
     };
-    if pki.sa_pub().exists() {
+    // The controller-manager certificate is written last: its presence
+    // means the set is complete.
+    if pki.kcm_cert().exists() {
         return Ok(pki);
     }
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
@@ -142,6 +153,15 @@ pub fn ensure(dir: &Path) -> Result<Pki, LabError> {
     let sa = KeyPair::generate().map_err(rc)?;
     write(&pki.sa_key(), &sa.serialize_pem())?;
     write(&pki.sa_pub(), &sa.public_key_pem())?;
+    let (crt, key) = leaf(
+        &ca,
+        "system:kube-controller-manager",
+        None,
+        ExtendedKeyUsagePurpose::ClientAuth,
+        false,
+    )?;
+    write(&pki.kcm_key(), &key)?;
+    write(&pki.kcm_cert(), &crt)?;
     Ok(pki)
 }
 
@@ -160,24 +180,14 @@ pub fn kubeconfig(pki: &Pki, server: &str) -> String {
     )
 }
 
-/// The same with the certificates inline, for clients that ignore file
-/// references (provider-kubernetes's Filesystem credentials).
-pub fn kubeconfig_inline(pki: &Pki, server: &str) -> Result<String, LabError> {
-    use base64::Engine;
-    let read = |p: PathBuf| {
-        std::fs::read(&p)
-            .map(|b| base64::engine::general_purpose::STANDARD.encode(b))
-            .map_err(|e| LabError::new(format!("{}: {e}", p.display())))
-    };
-    Ok(admin_kubeconfig(
+/// A kubeconfig for kube-controller-manager's own certificate.
+pub fn kcm_kubeconfig(pki: &Pki, server: &str) -> String {
+    let path = |p: PathBuf| p.display().to_string();
+    admin_kubeconfig(
         server,
-        "-data",
-        [
-            read(pki.ca())?,
-            read(pki.admin_cert())?,
-            read(pki.admin_key())?,
-        ],
-    ))
+        "",
+        [path(pki.ca()), path(pki.kcm_cert()), path(pki.kcm_key())],
+    )
 }
 
 /// `suffix` "" names files, "-data" carries base64 contents.
