@@ -150,11 +150,11 @@ pub fn kubeconfig(lab: &Lab, sa: &Account) -> Result<PathBuf, LabError> {
         std::fs::read(lab.state.join("pki/ca.crt"))
             .map_err(|e| LabError::new(format!("lab CA: {e}")))?,
     );
-    let text = token_kubeconfig(
+    let text = super::pki::kubeconfig_yaml(
         &format!("https://127.0.0.1:{}", super::APISERVER_PORT),
-        &ca,
+        &format!("certificate-authority-data: {ca}"),
         &sa.user(),
-        &token,
+        &[format!("token: {token}")],
     );
     let path = kubeconfig_path(lab, sa);
     if let Some(dir) = path.parent() {
@@ -170,27 +170,6 @@ pub fn kubeconfig_path(lab: &Lab, sa: &Account) -> PathBuf {
     lab.state
         .join("identities")
         .join(format!("{}.{}.kubeconfig", sa.namespace, sa.name))
-}
-
-fn token_kubeconfig(server: &str, ca_b64: &str, user: &str, token: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: lab
-  cluster:
-    server: {server}
-    certificate-authority-data: {ca_b64}
-users:
-- name: {user}
-  user:
-    token: {token}
-contexts:
-- name: lab
-  context: {{cluster: lab, user: {user}}}
-current-context: lab
-"
-    )
 }
 
 /// The API server's audit policy: every request of every identity but the
@@ -312,6 +291,27 @@ mod tests {
             Account::new("ns", "m")
         );
         assert_eq!(namespaces(&kept), BTreeSet::from(["ns".to_string()]));
+    }
+
+    #[test]
+    fn a_token_kubeconfig_parses() {
+        let text = super::super::pki::kubeconfig_yaml(
+            "https://127.0.0.1:6443",
+            "certificate-authority-data: Q0E=",
+            "system:serviceaccount:a:b",
+            &["token: t0k".to_string()],
+        );
+        let v = &parse_yaml(&text).expect("yaml")[0];
+        assert_eq!(str_at(v, "/users/0/user/token"), "t0k");
+        assert_eq!(str_at(v, "/users/0/name"), "system:serviceaccount:a:b");
+        assert_eq!(
+            str_at(v, "/clusters/0/cluster/certificate-authority-data"),
+            "Q0E="
+        );
+        assert_eq!(
+            str_at(v, "/contexts/0/context/user"),
+            "system:serviceaccount:a:b"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `cargo xtask lab`: a real management cluster on one machine, as
 //! processes inside a private network namespace: etcd, kube-apiserver,
 //! kube-controller-manager, Crossplane core, our function, Cluster API
-//! (core, KCP, CABPK), CAPM3, IPAM and BMO in demo mode.
+//! (core, KCP, CABPK), CAPM3, IPAM and BMO in demo mode. Each controller
+//! is its own ServiceAccount under its project's RBAC (identity.rs); only
+//! the harness's kubectl is admin.
 
 pub mod build;
 pub mod charts;

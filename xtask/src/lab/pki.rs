@@ -192,6 +192,21 @@ pub fn kcm_kubeconfig(pki: &Pki, server: &str) -> String {
 
 /// `suffix` "" names files, "-data" carries base64 contents.
 fn admin_kubeconfig(server: &str, suffix: &str, [ca, crt, key]: [String; 3]) -> String {
+    kubeconfig_yaml(
+        server,
+        &format!("certificate-authority{suffix}: {ca}"),
+        "admin",
+        &[
+            format!("client-certificate{suffix}: {crt}"),
+            format!("client-key{suffix}: {key}"),
+        ],
+    )
+}
+
+/// A kubeconfig with one cluster (`ca_line` its certificate authority)
+/// and one user (`user_lines` its credentials).
+pub fn kubeconfig_yaml(server: &str, ca_line: &str, user: &str, user_lines: &[String]) -> String {
+    let creds: String = user_lines.iter().map(|l| format!("    {l}\n")).collect();
     format!(
         "apiVersion: v1
 kind: Config
@@ -199,15 +214,13 @@ clusters:
 - name: lab
   cluster:
     server: {server}
-    certificate-authority{suffix}: {ca}
+    {ca_line}
 users:
-- name: admin
+- name: {user}
   user:
-    client-certificate{suffix}: {crt}
-    client-key{suffix}: {key}
-contexts:
+{creds}contexts:
 - name: lab
-  context: {{cluster: lab, user: admin}}
+  context: {{cluster: lab, user: {user}}}
 current-context: lab
 "
     )
