@@ -742,6 +742,14 @@ impl Drop for Emulator {
 
 impl Emulator {
     pub async fn start(cfg: Config) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        Self::start_on(cfg, listener)
+    }
+
+    /// On a listener of the caller's (the lab binds one at a BMC address
+    /// inside its network namespace: run this on a current-thread runtime
+    /// in that namespace, so the rebind after a reset lands there too).
+    pub fn start_on(cfg: Config, listener: TcpListener) -> Self {
         let shared: Shared = Arc::new(Shared0 {
             state: Mutex::new(State::new(cfg)),
             down: Notify::new(),
@@ -772,7 +780,6 @@ impl Emulator {
             .fallback(fallback)
             .layer(axum::middleware::from_fn_with_state(shared.clone(), gate))
             .with_state(shared.clone());
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let s = shared.clone();
         let task = tokio::spawn(serve(listener, addr, app, s));

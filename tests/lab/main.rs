@@ -20,6 +20,9 @@ mod bad_input;
 mod day2;
 mod edits;
 mod hosts;
+// Our iDRAC emulator, served at a Dell host's BMC address in the lab.
+#[path = "../idrac_emulator/mod.rs"]
+mod idrac_emulator;
 mod inference;
 mod install;
 mod multi_node;
@@ -28,6 +31,7 @@ mod node_config;
 mod operation;
 mod privilege;
 mod provision;
+mod remediation;
 mod support;
 mod teardown;
 
@@ -43,6 +47,7 @@ use node_config::*;
 use operation::*;
 use privilege::*;
 use provision::*;
+use remediation::*;
 use support::*;
 use teardown::*;
 
@@ -62,13 +67,14 @@ fn main() -> ExitCode {
     // Groups run in order; the scenarios of one group run at the same time
     // (independent: their own namespaces, hosts and addresses), to keep CI
     // short as scenarios are added.
-    let groups: [&[Scenario]; 14] = [
+    let groups: [&[Scenario]; 15] = [
         &[("install", install)],
         &[("provision", provision)],
         &[("operation", operation)],
         &[("operation-any-namespace", |l| {
             as_another_site(l, RACK_B, operation_any_namespace)
         })],
+        &[("remediation-runs", remediation_runs)],
         &[("hosts-on-their-way", |l| {
             as_another_site(l, RACK_C, hosts_on_their_way)
         })],

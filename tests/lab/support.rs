@@ -408,7 +408,7 @@ pub(crate) fn cilium_and_kube_proxy(lab: &Lab, who: Subject, replaced: bool) -> 
 /// scenario plays by writing their status (states and errors the demo
 /// provisioner never produces). Then `ns` is removed and BMO watches
 /// every namespace again, whatever `f` returned.
-pub(crate) fn as_another_site(lab: &Lab, ns: &str, f: fn(&Lab) -> Outcome) -> Outcome {
+pub(crate) fn as_another_site(lab: &Lab, ns: &str, f: impl FnOnce(&Lab) -> Outcome) -> Outcome {
     let scoped = Instant::now();
     xtask::lab::install::restart_bmo(lab, Some(NS)).map_err(|e| e.to_string())?;
     println!(

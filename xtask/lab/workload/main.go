@@ -6,8 +6,10 @@
 // the Cluster's control plane endpoint, inside the lab's network namespace.
 // When the Machine goes, the node and its control-plane members go too.
 //
-// It is lab tooling, not MetalPlane: it only reads the management cluster
-// and serves the simulated workload API.
+// It is also the node remediation Jobs run on (jobs.go).
+//
+// It is lab tooling, not MetalPlane: it reads the management cluster,
+// serves the simulated workload API and runs Jobs.
 package main
 
 import (
@@ -38,6 +40,7 @@ import (
 	openapiv2 "github.com/google/gnostic-models/openapiv2"
 	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -149,6 +152,13 @@ func main() {
 		agents:   map[string]context.CancelFunc{},
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&clusterv1.Machine{}).Named("workload").Complete(r); err != nil {
+		fail(err)
+	}
+	jobs, err := newJobRunner(mgr.GetClient())
+	if err != nil {
+		fail(err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&batchv1.Job{}).Named("job-node").Complete(jobs); err != nil {
 		fail(err)
 	}
 	if err := mgr.Start(ctx); err != nil {
