@@ -17,6 +17,7 @@ pub mod observe;
 pub mod perf;
 pub mod pki;
 pub mod procs;
+pub mod runtime;
 
 use std::path::PathBuf;
 use std::time::Duration;
