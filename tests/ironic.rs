@@ -8,18 +8,14 @@
 //! Ironic's message naming it. Everything
 //! runs in a network namespace of its own with only loopback up.
 
-#[path = "python_venv/mod.rs"]
-mod python_venv;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
+use xtask::lab::ironic::{self, System};
+
 const SYSTEM: &str = "5e1f0e2a-1b7c-4d0a-9c64-2a4f7b1d0001";
 const MAC: &str = "00:5c:52:31:3a:01";
-const IRONIC: &str = "http://127.0.0.1:6385";
-const REDFISH: &str = "http://127.0.0.1:8000";
-const HTTP: &str = "http://127.0.0.1:6180";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -78,78 +74,6 @@ impl Drop for Netns {
     }
 }
 
-fn ironic_conf(dir: &Path) -> String {
-    let d = dir.display();
-    // Metal3's settings that matter here (ironic-image's ironic.conf.j2):
-    // fast track with the agent kept on after inspection, Ironic's own
-    // inspection, no DHCP, no TLS for the agent, and the API's own URL
-    // for the agent's callbacks.
-    format!(
-        "[DEFAULT]
-auth_strategy = noauth
-rpc_transport = none
-enabled_hardware_types = redfish
-enabled_bios_interfaces = no-bios
-enabled_boot_interfaces = ipxe,redfish-virtual-media
-enabled_deploy_interfaces = direct,ramdisk
-enabled_firmware_interfaces = no-firmware
-enabled_inspect_interfaces = agent,no-inspect
-enabled_management_interfaces = redfish
-enabled_network_interfaces = noop
-enabled_power_interfaces = redfish
-enabled_raid_interfaces = no-raid,agent
-enabled_vendor_interfaces = no-vendor
-host = lab
-log_file = {d}/ironic.log
-use_stderr = false
-[api]
-host_ip = 127.0.0.1
-port = 6385
-[conductor]
-automated_clean = true
-deploy_kernel = {HTTP}/ipa.kernel
-deploy_ramdisk = {HTTP}/ipa.initramfs
-bootloader = {HTTP}/esp.img
-[database]
-connection = sqlite:///{d}/ironic.sqlite
-[dhcp]
-dhcp_provider = none
-[deploy]
-fast_track = true
-http_url = {HTTP}
-http_root = {d}/http
-[pxe]
-ipxe_enabled = true
-tftp_root = {d}/tftp
-tftp_master_path = {d}/tftp/master
-[agent]
-require_tls = false
-[inspector]
-power_off = false
-require_managed_boot = false
-[service_catalog]
-endpoint_override = {IRONIC}
-[json_rpc]
-auth_strategy = noauth
-"
-    )
-}
-
-fn sushy_conf() -> String {
-    format!(
-        "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
-SUSHY_EMULATOR_LISTEN_PORT = 8000
-SUSHY_EMULATOR_FAKE_DRIVER = True
-SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
-    'uuid': '{SYSTEM}', 'name': 'lab-ironic-1', 'power_state': 'Off',
-    'external_notifier': True,
-    'nics': [{{'mac': '{MAC}', 'ip': '192.168.120.90', 'name': 'eno1'}}],
-}}]
-EXTERNAL_NOTIFICATION_URL = 'http://127.0.0.1:9999'
-"
-    )
-}
-
 #[test]
 fn real_ironic_takes_the_fake_agent_through_a_servers_life() {
     assert!(
@@ -160,7 +84,7 @@ fn real_ironic_takes_the_fake_agent_through_a_servers_life() {
             .is_ok_and(|s| s.success()),
         "Ironic builds config drives with xorrisofs or genisoimage: apt-get install xorriso"
     );
-    let venv = python_venv::ironic_venv();
+    let venv = ironic::venv().expect("the Ironic venv (PyPI must be reachable)");
     let dir = std::env::temp_dir().join(format!("metalplane-ironic-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["http", "tftp/master"] {
@@ -172,15 +96,19 @@ fn real_ironic_takes_the_fake_agent_through_a_servers_life() {
         ("ipa.kernel", 1024),
         ("ipa.initramfs", 1024),
         ("esp.img", 4096),
-        ("image.raw", 2 << 20),
     ] {
-        let bytes: Vec<u8> = (0..n).map(|i: usize| (i % 251) as u8).collect();
-        std::fs::write(dir.join("http").join(f), bytes).expect("file");
+        std::fs::write(dir.join("http").join(f), ironic::file_bytes(n)).expect("file");
     }
-    let image = std::fs::read(dir.join("http/image.raw")).expect("image");
-    let sha = xtask::sha256_hex(&image);
-    std::fs::write(dir.join("ironic.conf"), ironic_conf(&dir)).expect("conf");
-    std::fs::write(dir.join("sushy.conf"), sushy_conf()).expect("conf");
+    let (image, sha) = ironic::image();
+    std::fs::write(dir.join("http/image.raw"), image).expect("image");
+    // The lab's own configuration of both (xtask::lab::ironic).
+    std::fs::write(dir.join("ironic.conf"), ironic::ironic_conf(&dir)).expect("conf");
+    let system = System {
+        uuid: SYSTEM.into(),
+        name: "lab-ironic-1".into(),
+        nics: vec![("eno1".into(), MAC.into(), "192.168.120.90".into())],
+    };
+    std::fs::write(dir.join("sushy.conf"), ironic::sushy_conf(&[system])).expect("conf");
     let conf = dir.join("ironic.conf");
     let out = Command::new(venv.join("bin/ironic-dbsync"))
         .arg("--config-file")
@@ -200,7 +128,7 @@ fn real_ironic_takes_the_fake_agent_through_a_servers_life() {
     http.args([
         "-m",
         "http.server",
-        "6180",
+        &ironic::IMAGES_PORT.to_string(),
         "--bind",
         "127.0.0.1",
         "--directory",
@@ -216,7 +144,7 @@ fn real_ironic_takes_the_fake_agent_through_a_servers_life() {
     let mut agent = ns.cmd(&py);
     agent
         .arg(repo_root().join("xtask/lab/fake-agent/fake_agent.py"))
-        .args(["--ironic", IRONIC, "--redfish", REDFISH]);
+        .args(["--ironic", &ironic::api(), "--redfish", &ironic::redfish()]);
     ns.spawn(agent, &dir.join("agent.log"));
 
     let t = Instant::now();
@@ -224,11 +152,11 @@ fn real_ironic_takes_the_fake_agent_through_a_servers_life() {
         .cmd(&py)
         .arg(repo_root().join("tests/tools/ironic_cycle.py"))
         .args([
-            IRONIC,
-            REDFISH,
+            &ironic::api(),
+            &ironic::redfish(),
             SYSTEM,
             MAC,
-            &format!("{HTTP}/image.raw"),
+            &format!("{}/image.raw", ironic::images()),
             &sha,
         ])
         .output()

@@ -25,6 +25,7 @@ mod hosts;
 mod idrac_emulator;
 mod inference;
 mod install;
+mod ironic;
 mod multi_node;
 mod namespaces;
 mod node_config;
@@ -41,6 +42,7 @@ use edits::*;
 use hosts::*;
 use inference::*;
 use install::*;
+use ironic::*;
 use multi_node::*;
 use namespaces::*;
 use node_config::*;
@@ -55,6 +57,9 @@ type Outcome = Result<(), String>;
 
 type Scenario = (&'static str, fn(&Lab) -> Outcome);
 
+/// The index of the group that runs with BMO against Ironic.
+const IRONIC_GROUP: usize = 15;
+
 fn main() -> ExitCode {
     let started = Instant::now();
     let lab = match Lab::open().and_then(|lab| lab.up().map(|_| lab)) {
@@ -67,7 +72,7 @@ fn main() -> ExitCode {
     // Groups run in order; the scenarios of one group run at the same time
     // (independent: their own namespaces, hosts and addresses), to keep CI
     // short as scenarios are added.
-    let groups: [&[Scenario]; 15] = [
+    let groups: [&[Scenario]; 16] = [
         &[("install", install)],
         &[("provision", provision)],
         &[("operation", operation)],
@@ -90,6 +95,11 @@ fn main() -> ExitCode {
             ("multi-node", multi_node),
             ("inventory-any-namespace", inventory_any_namespace),
         ],
+        // Last: BMO leaves demo mode for Ironic meanwhile (IRONIC_GROUP).
+        &[
+            ("ironic-provision", ironic_provision),
+            ("ironic-failure", ironic_failure),
+        ],
     ];
     // METALPLANE_LAB_ONLY=a,b runs just those scenarios (while developing
     // one; each leaves the lab as the next expects only in the full run).
@@ -97,13 +107,22 @@ fn main() -> ExitCode {
         .ok()
         .map(|s| s.split(',').map(str::to_string).collect());
     let mut failed = Vec::new();
-    for group in groups {
+    for (i, group) in groups.iter().enumerate() {
         let chosen: Vec<Scenario> = group
             .iter()
             .filter(|(name, _)| only.as_ref().is_none_or(|o| o.iter().any(|n| n == name)))
             .copied()
             .collect();
-        let outcomes: Vec<(&str, Outcome)> = std::thread::scope(|s| {
+        // The Ironic group runs on its own site (ironic.rs): set up once
+        // for its concurrent scenarios, undone after them.
+        let ironic = i == IRONIC_GROUP && !chosen.is_empty();
+        if ironic && let Err(e) = ironic_site_up(&lab) {
+            println!("site ironic ... FAILED\n  {e}");
+            println!("{}", failure_report(&lab));
+            failed.push("ironic-site");
+            break;
+        }
+        let mut outcomes: Vec<(&str, Outcome)> = std::thread::scope(|s| {
             let running: Vec<_> = chosen
                 .iter()
                 .map(|(name, run)| {
@@ -139,6 +158,9 @@ fn main() -> ExitCode {
                 })
                 .collect()
         });
+        if ironic {
+            outcomes.push(("ironic-site-down", ironic_site_down(&lab)));
+        }
         let bad: Vec<&str> = outcomes
             .iter()
             .filter(|(_, o)| o.is_err())

@@ -1,7 +1,6 @@
-//! The Python venvs of the peer tests, from PyPI, made once per machine
-//! inside the project: the Redfish one (sushy-tools, the emulator Ironic's
-//! CI uses, and sushy-oem-idrac, Ironic's Dell library) and Ironic's.
-#![allow(dead_code)]
+//! The Python venv of the Redfish peer tests: sushy-tools (the emulator
+//! Ironic's CI uses) and sushy-oem-idrac (Ironic's Dell library), from
+//! PyPI, made once per machine inside the project.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,46 +16,35 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Ironic as Metal3 runs it (all-in-one `ironic`), and sushy-tools for
-/// its fake Redfish systems.
-pub const IRONIC_PACKAGES: [&str; 2] = ["ironic==39.0.0", "sushy-tools==2.2.0"];
-
 pub fn venv() -> &'static Path {
     static V: OnceLock<PathBuf> = OnceLock::new();
-    V.get_or_init(|| make("sushy-venv", &PACKAGES))
-}
-
-pub fn ironic_venv() -> &'static Path {
-    static V: OnceLock<PathBuf> = OnceLock::new();
-    V.get_or_init(|| make("ironic-venv", &IRONIC_PACKAGES))
-}
-
-fn make(name: &str, packages: &[&str]) -> PathBuf {
-    let dir = repo_root().join(".cache").join(name);
-    // Named by its contents: a venv from an older list is completed.
-    let marker = dir.join(format!(".installed-{}", packages.join("-")));
-    if !marker.exists() {
-        if !dir.join("bin/pip").exists() {
-            let ok = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&dir)
+    V.get_or_init(|| {
+        let dir = repo_root().join(".cache/sushy-venv");
+        // Named by its contents: a venv from an older list is completed.
+        let marker = dir.join(format!(".installed-{}", PACKAGES.join("-")));
+        if !marker.exists() {
+            if !dir.join("bin/pip").exists() {
+                let ok = Command::new("python3")
+                    .args(["-m", "venv"])
+                    .arg(&dir)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(
+                    ok,
+                    "python3 -m venv failed: this test needs Python 3 with venv"
+                );
+            }
+            let ok = Command::new(dir.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check"])
+                .args(PACKAGES)
                 .status()
                 .is_ok_and(|s| s.success());
             assert!(
                 ok,
-                "python3 -m venv failed: this test needs Python 3 with venv"
+                "pip install {PACKAGES:?} failed (PyPI must be reachable)"
             );
+            std::fs::write(&marker, "").expect("marker");
         }
-        let ok = Command::new(dir.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .args(packages)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "pip install {packages:?} failed (PyPI must be reachable)"
-        );
-        std::fs::write(&marker, "").expect("marker");
-    }
-    dir
+        dir
+    })
 }

@@ -28,7 +28,11 @@ enum Cmd {
 #[derive(Subcommand)]
 enum LabCmd {
     /// Build what is missing, start every process, install the packages; returns when ready.
-    Up,
+    Up {
+        /// BMO against real Ironic, sushy-tools and the lab's fake agent (not its demo provisioner).
+        #[arg(long)]
+        ironic: bool,
+    },
     /// Only build the lab's Go programs and the packages' binaries (what `up` builds first).
     Build,
     /// Stop exactly what `up` started; remove the namespace and the state.
@@ -41,7 +45,11 @@ enum LabCmd {
         cmd: Vec<String>,
     },
     /// The main job on the built-in example: inventory, the r730 MetalCluster, live phases, teardown.
-    Demo,
+    Demo {
+        /// Through real Ironic (starts `lab up --ironic` if the lab is not in that mode).
+        #[arg(long)]
+        ironic: bool,
+    },
     /// The lab's performance figures (benches/run.sh): bring-up times, status lag, steady-state load per MetalCluster.
     Perf {
         /// MetalClusters in the large steady state.
@@ -59,7 +67,8 @@ enum LabCmd {
 fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
     let lab = xtask::lab::Lab::open()?;
     match cmd {
-        LabCmd::Up => lab.up().map(|_| 0),
+        LabCmd::Up { ironic: false } => lab.up().map(|_| 0),
+        LabCmd::Up { ironic: true } => xtask::lab::ironic::up(&lab).map(|_| 0),
         LabCmd::Build => xtask::lab::build::ensure_binaries()
             .and_then(|_| xtask::lab::install::ensure_packages())
             .map(|_| 0),
@@ -69,7 +78,7 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
             Ok(0)
         }
         LabCmd::Exec { cmd } => lab.exec(&cmd),
-        LabCmd::Demo => xtask::lab::demo::run(&lab).map(|_| 0),
+        LabCmd::Demo { ironic } => xtask::lab::demo::run(&lab, ironic).map(|_| 0),
         LabCmd::Perf { xrs, window, out } => {
             let opts = xtask::lab::perf::Options {
                 xrs,

@@ -34,6 +34,8 @@ LOG = logging.getLogger("fake-agent")
 # verify-ca field (1.68) are the newest it needs.
 API_VERSION = "1.68"
 AGENT_VERSION = "10.0.0"
+# Inspection calls a refused agent makes with its heartbeats.
+INSPECT_TRIES = 6
 
 CLEAN_STEPS = [
     {"step": "erase_devices_metadata", "priority": 99, "interface": "deploy",
@@ -149,23 +151,37 @@ class Agent:
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.beat_now = threading.Event()
+        self.inspected = False
+        self.inspect_tries = 0
 
     def boot(self):
         # Past sushy's power delay (1-11 s), so Ironic sees the power on
         # before the agent calls.
         if self.stopped.wait(Options.boot_delay):
             return
-        name = self.system.get("name")
-        # Ironic's own inspection endpoint (API 1.84); refused unless the
-        # node waits for inspection, which is then no error for the agent.
-        status, body = ironic("POST", "/v1/continue_inspection",
-                              {"inventory": inventory(self.system)}, version="1.84")
-        LOG.info("%s: inspection data sent: %s %s", name, status, body if status >= 400 else "")
-        # Accepted, Ironic answers as a lookup would (the token for fast
-        # track); a token is handed out once.
-        if not (status < 300 and self.take(body)):
+        if not self.inspect():
             self.lookup()
         self.heartbeats()
+
+    def inspect(self):
+        """Sends the inventory to Ironic's own inspection endpoint (API
+        1.84). It is refused (404) unless the node waits for inspection,
+        which is no error for a boot to clean or deploy, and (409) while
+        Ironic still holds the node: the power on it waited for can land
+        just before the agent calls. A refused agent tries again with its
+        next heartbeats, as Ironic's agent retries its inspection call."""
+        status, body = ironic("POST", "/v1/continue_inspection",
+                              {"inventory": inventory(self.system)}, version="1.84")
+        self.inspect_tries += 1
+        LOG.info("%s: inspection data sent: %s %s", self.system.get("name"), status,
+                 body if status >= 400 else "")
+        if status >= 300:
+            return False
+        self.inspected = True
+        # Accepted, Ironic answers as a lookup would (the token for fast
+        # track); a token is handed out once, so an agent that looked up
+        # already keeps its own.
+        return self.take(body)
 
     def take(self, body):
         """Keeps the node and agent token of a lookup-like answer."""
@@ -192,6 +208,8 @@ class Agent:
 
     def heartbeats(self):
         while not self.stopped.is_set():
+            if not self.inspected and self.inspect_tries < INSPECT_TRIES:
+                self.inspect()
             body = {"callback_url": f"{Options.callback}/{self.uuid}",
                     "agent_version": AGENT_VERSION}
             if self.token:
@@ -256,6 +274,8 @@ def clean_steps(agent, node=None, ports=None, **_):
 
 
 def clean_step(agent, step, node=None, ports=None, clean_version=None, **_):
+    # The disks are only data here: the step is logged, as IPA logs it.
+    LOG.info("%s: clean step %s done", agent.system.get("name"), step.get("step"))
     return {"clean_result": None, "clean_step": step}
 
 

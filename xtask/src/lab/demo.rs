@@ -34,26 +34,41 @@ pub fn example_xr() -> Result<Value, LabError> {
     Ok(xr)
 }
 
-pub fn run(lab: &Lab) -> Result<(), LabError> {
-    if !lab.kube.ready() {
+/// With `ironic` (or a lab already in Ironic mode) the host is inspected,
+/// cleaned and deployed by Ironic, and boots the lab's served image.
+pub fn run(lab: &Lab, ironic: bool) -> Result<(), LabError> {
+    let ironic = ironic || super::ironic::active(lab);
+    if ironic && !super::ironic::active(lab) {
+        progress("starting the lab in Ironic mode (cargo xtask lab up --ironic)");
+        super::ironic::up(lab)?;
+    } else if !lab.kube.ready() {
         progress("the lab is not up: starting it (cargo xtask lab up)");
         lab.up()?;
     }
     let root = crate::repo_root();
-    progress(
-        "applying the inventory: BareMetalHost r730 (pool r730), its BMC Secret and HardwareData, and a decoy host",
-    );
-    lab.kube
-        .apply_file(&root.join("examples/lab/inventory.yaml"))?;
+    let mut xr = example_xr()?;
+    if ironic {
+        progress(
+            "applying the inventory for Ironic: BareMetalHost r730 (pool r730) and a decoy host, their BMCs sushy-tools' systems; Ironic inspects, cleans and deploys",
+        );
+        lab.kube.apply(&super::ironic::inventory()?.0)?;
+        xr = super::ironic::with_lab_image(xr);
+    } else {
+        progress(
+            "applying the inventory: BareMetalHost r730 (pool r730), its BMC Secret and HardwareData, and a decoy host",
+        );
+        lab.kube
+            .apply_file(&root.join("examples/lab/inventory.yaml"))?;
+    }
     super::procs::wait_for(
         "BareMetalHost r730 available",
-        Duration::from_secs(120),
+        Duration::from_secs(if ironic { 240 } else { 120 }),
         || observe::observe(lab, NAMESPACE, "r730", "r730").host_state == "available",
     )?;
     progress(
         "applying MetalCluster metal/r730 (examples/metalcluster/r730.yaml, charts from the lab's mirror)",
     );
-    lab.kube.apply(&[example_xr()?])?;
+    lab.kube.apply(&[xr])?;
     // The lab's workload stand-in boots the node once the host is
     // provisioned and serves its API, so the Cluster becomes Available and
     // Cilium installs from the lab's chart mirror.

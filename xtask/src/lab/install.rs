@@ -109,8 +109,12 @@ impl Controller {
     /// one CI teardown past its wait. Every namespace, as a user's BMO
     /// watches, unless `scope` names one (a site running one BMO per
     /// namespace, as BMO's namespaced deployment does).
-    fn bmo_args(&self, scope: Option<&str>) -> Vec<String> {
-        let mut args = vec!["-demo-mode".to_string()];
+    fn bmo_args(&self, scope: Option<&str>, provisioner: Provisioner) -> Vec<String> {
+        let mut args = match provisioner {
+            Provisioner::Demo => vec!["-demo-mode".to_string()],
+            // Ironic's address and the deploy ramdisk come in its env.
+            Provisioner::Ironic => vec![],
+        };
         if let Some(ns) = scope {
             args.push(format!("-namespace={ns}"));
         }
@@ -129,7 +133,7 @@ impl Controller {
 
     pub fn args(&self, cert_dir: &Path) -> Vec<String> {
         if self.name == "bmo" {
-            return self.bmo_args(None);
+            return self.bmo_args(None, Provisioner::Demo);
         }
         vec![
             format!("--webhook-port={}", self.port),
@@ -414,16 +418,36 @@ fn wait_controller(lab: &Lab, c: &Controller) -> Result<(), LabError> {
     Ok(())
 }
 
+/// What BMO provisions with: its demo provisioner (every step completes at
+/// once) or the lab's Ironic (ironic.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provisioner {
+    Demo,
+    Ironic,
+}
+
 /// Restarts BMO watching only namespace `scope`, or every namespace with
 /// None, and waits until it is ready (its webhooks serve again).
 pub fn restart_bmo(lab: &Lab, scope: Option<&str>) -> Result<(), LabError> {
+    restart_bmo_with(lab, scope, Provisioner::Demo)
+}
+
+/// `restart_bmo` with `provisioner` (Ironic must be running for Ironic).
+pub fn restart_bmo_with(
+    lab: &Lab,
+    scope: Option<&str>,
+    provisioner: Provisioner,
+) -> Result<(), LabError> {
     let c = CONTROLLERS
         .iter()
         .find(|c| c.name == "bmo")
         .ok_or_else(|| LabError::new("no bmo controller"))?;
     lab.procs.stop(c.name);
-    lab.procs
-        .start(&controller_spec(lab, c, &c.bmo_args(scope))?)?;
+    let mut spec = controller_spec(lab, c, &c.bmo_args(scope, provisioner))?;
+    if provisioner == Provisioner::Ironic {
+        spec.env.extend(super::ironic::bmo_env());
+    }
+    lab.procs.start(&spec)?;
     wait_controller(lab, c)
 }
 

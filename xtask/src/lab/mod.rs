@@ -1,7 +1,8 @@
 //! `cargo xtask lab`: a real management cluster on one machine, as
 //! processes inside a private network namespace: etcd, kube-apiserver,
 //! kube-controller-manager, Crossplane core, our function, Cluster API
-//! (core, KCP, CABPK), CAPM3, IPAM and BMO in demo mode. Each controller
+//! (core, KCP, CABPK), CAPM3, IPAM and BMO in demo mode, or against real
+//! Ironic with `--ironic` (ironic.rs). Each controller
 //! is its own ServiceAccount under its project's RBAC (identity.rs); only
 //! the harness's kubectl is admin.
 
@@ -11,6 +12,7 @@ pub mod demo;
 pub mod hosts;
 pub mod identity;
 pub mod install;
+pub mod ironic;
 pub mod kube;
 pub mod manifests;
 pub mod observe;
