@@ -159,7 +159,11 @@ fn main() -> ExitCode {
                 .collect()
         });
         if ironic {
-            outcomes.push(("ironic-site-down", ironic_site_down(&lab)));
+            let down = ironic_site_down(&lab);
+            if let Err(e) = &down {
+                println!("site ironic down ... FAILED\n  {e}");
+            }
+            outcomes.push(("ironic-site-down", down));
         }
         let bad: Vec<&str> = outcomes
             .iter()

@@ -154,12 +154,12 @@ enabled_hardware_types = redfish
 enabled_bios_interfaces = no-bios,redfish
 enabled_boot_interfaces = ipxe,redfish-virtual-media
 enabled_deploy_interfaces = direct,ramdisk,custom-agent
-enabled_firmware_interfaces = no-firmware
+enabled_firmware_interfaces = no-firmware,redfish
 enabled_inspect_interfaces = agent,no-inspect
 enabled_management_interfaces = redfish
 enabled_network_interfaces = noop
 enabled_power_interfaces = redfish
-enabled_raid_interfaces = no-raid,agent
+enabled_raid_interfaces = no-raid,agent,redfish
 enabled_vendor_interfaces = no-vendor,redfish
 host = lab
 log_file = {d}/ironic.log
@@ -251,7 +251,9 @@ fn py(venv: &Path, name: &'static str, program: &str, args: Vec<String>) -> Spec
         name,
         program: venv.join("bin").join(program),
         args,
-        env: vec![],
+        // Ironic retitles itself (setproctitle), which by default writes
+        // over its environment, and with it the mark `Procs` finds it by.
+        env: vec![("SPT_NOENV".into(), "1".into())],
     }
 }
 
@@ -282,13 +284,17 @@ pub fn start(lab: &Lab, systems: &[System]) -> Result<(), LabError> {
         lab.procs.stop("sushy");
         lab.procs.stop("fake-agent");
     }
-    // Idempotent: creates the schema, or upgrades the one there.
-    procs::run(
-        Command::new(venv.join("bin/ironic-dbsync"))
-            .arg("--config-file")
-            .arg(&conf)
-            .arg("upgrade"),
-    )?;
+    // Ironic's migrations alter constraints, which SQLite cannot, so a new
+    // database gets the current schema in one step; one already there was
+    // made by the same pinned Ironic and is kept with its nodes.
+    if !dir.join("ironic.sqlite").exists() {
+        procs::run(
+            Command::new(venv.join("bin/ironic-dbsync"))
+                .arg("--config-file")
+                .arg(&conf)
+                .arg("create_schema"),
+        )?;
+    }
     let s = |p: &Path| p.display().to_string();
     lab.procs.start(&py(
         &venv,
