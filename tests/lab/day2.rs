@@ -499,6 +499,15 @@ fn bmo_reboots(lab: &Lab, ns: &str, host: &str) -> bool {
     })
 }
 
+/// How a remediation's power cycle shows.
+pub(crate) enum Power<'a> {
+    /// BMO's demo provisioner: no power change is ever reported.
+    Unreported,
+    /// A provisioner that drives the BMC (Ironic mode), and how to read
+    /// the BMC's own power state (sushy-tools).
+    Reported(&'a dyn Fn() -> Result<String, String>),
+}
+
 /// Wedges the kubelet of `machine` (in `ns`) and follows the remediation:
 /// the MachineHealthCheck finds it unhealthy, the XR's NodesHealthy turns
 /// False naming the machine and its host (phase Remediating), a
@@ -506,19 +515,22 @@ fn bmo_reboots(lab: &Lab, ns: &str, host: &str) -> bool {
 /// annotation; BMO asks its provisioner to power it off), the node comes
 /// back Ready on the same Machine, and NodesHealthy turns True again.
 ///
-/// BMO's demo provisioner reports no power change (BMO sets
-/// status.poweredOn from spec.online after a provisioner that had nothing
-/// to do), so CAPM3 never sees the host off and its remediation cannot
-/// finish: the server stand-in takes the reboot request as the reboot,
-/// and the test then ends CAPM3's remediation as an operator would after
-/// a manual power cycle (its finalizer, then the reboot annotation). A
-/// real provisioner (Ironic) shows the power cycle itself.
+/// With `Power::Reported` the host is seen off (BMO's status and the BMC
+/// itself) and on again, and CAPM3 finishes on its own: it removes the
+/// reboot annotation and its finalizer. BMO's demo provisioner reports no
+/// power change (BMO sets status.poweredOn from spec.online after a
+/// provisioner that had nothing to do), so CAPM3 never sees the host off
+/// and its remediation cannot finish: the server stand-in takes the
+/// reboot request as the reboot, and the test then ends CAPM3's
+/// remediation as an operator would after a manual power cycle (its
+/// finalizer, then the reboot annotation).
 pub(crate) fn remediate(
     lab: &Lab,
     ns: &str,
     xr: &str,
     machine: &MachineSeen,
     host: &str,
+    power: Power,
 ) -> Outcome {
     lab.kube
         .run(&[
@@ -531,7 +543,8 @@ pub(crate) fn remediate(
         ])
         .map_err(|e| e.to_string())?;
     let t = Instant::now();
-    let (mut named_at, mut reboot_at) = (None, None);
+    let (mut named_at, mut reboot_at, mut off_at, mut on_at) = (None, None, None, None);
+    let secs = |t: &Instant| t.elapsed().as_secs_f64();
     loop {
         let x = lab
             .kube
@@ -548,17 +561,18 @@ pub(crate) fn remediate(
             check(str_at(&x, "/status/phase") == "Remediating", || {
                 format!("phase {} while remediating", str_at(&x, "/status/phase"))
             })?;
-            named_at = Some(t.elapsed().as_secs_f64());
+            named_at = Some(secs(&t));
             println!(
                 "  {:>6.1}s NodesHealthy False, phase Remediating: {msg}",
-                t.elapsed().as_secs_f64()
+                secs(&t)
             );
         }
         let h = lab
             .kube
             .get("baremetalhost", host, Some(ns))
             .unwrap_or(Value::Null);
-        if reboot_at.is_none() && !reboot_annotations(&h).is_empty() {
+        let annotated = !reboot_annotations(&h).is_empty();
+        if reboot_at.is_none() && annotated {
             let r = lab
                 .kube
                 .get("metal3remediation", &machine.name, Some(ns))
@@ -568,28 +582,55 @@ pub(crate) fn remediate(
                         machine.name
                     )
                 })?;
-            reboot_at = Some(t.elapsed().as_secs_f64());
+            reboot_at = Some(secs(&t));
             println!(
                 "  {:>6.1}s Metal3Remediation {} ({} {}) set BMO's reboot annotation on host {host}",
-                t.elapsed().as_secs_f64(),
+                secs(&t),
                 machine.name,
                 str_at(&r, "/spec/strategy/type"),
                 str_at(&r, "/status/phase"),
             );
         }
-        if named_at.is_some() && reboot_at.is_some() && status == "True" {
+        let finished = match &power {
+            Power::Unreported => true,
+            Power::Reported(bmc) => {
+                let reported_on = h.pointer("/status/poweredOn").and_then(Value::as_bool);
+                if reboot_at.is_some() && off_at.is_none() && reported_on == Some(false) {
+                    let state = bmc()?;
+                    check(state == "Off", || {
+                        format!("BMO reports host {host} off, its BMC says {state}")
+                    })?;
+                    off_at = Some(secs(&t));
+                    println!("  {:>6.1}s host {host} off (BMO and its BMC)", secs(&t));
+                }
+                if off_at.is_some() && on_at.is_none() && reported_on == Some(true) {
+                    on_at = Some(secs(&t));
+                    println!("  {:>6.1}s host {host} on again", secs(&t));
+                }
+                // CAPM3 ends the remediation itself: annotation and
+                // finalizer gone, the request deleted by the health check.
+                on_at.is_some()
+                    && !annotated
+                    && lab
+                        .kube
+                        .get("metal3remediation", &machine.name, Some(ns))
+                        .is_none()
+            }
+        };
+        if named_at.is_some() && reboot_at.is_some() && status == "True" && finished {
             break;
         }
-        if t.elapsed() > Duration::from_secs(300) {
+        if t.elapsed() > Duration::from_secs(420) {
             return Err(format!(
-                "remediation of {} did not finish in 300 s: NodesHealthy {status} {msg}; host annotations {:?}",
+                "remediation of {} did not finish in 420 s: NodesHealthy {status} {msg}; host annotations {:?}, poweredOn {}; off seen after {off_at:?} s, on after {on_at:?} s",
                 machine.name,
-                reboot_annotations(&h)
+                reboot_annotations(&h),
+                h.pointer("/status/poweredOn").unwrap_or(&Value::Null),
             ));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let healthy_at = t.elapsed().as_secs_f64();
+    let healthy_at = secs(&t);
     wait(
         "BMO acting on the reboot (asking its provisioner to power off)",
         90,
@@ -616,6 +657,35 @@ pub(crate) fn remediate(
     check(str_at(&x, "/status/phase") != "Remediating", || {
         "still Remediating".into()
     })?;
+    match power {
+        Power::Reported(bmc) => {
+            let state = bmc()?;
+            check(state == "On", || {
+                format!("host {host}'s BMC says {state} after the remediation")
+            })?;
+            println!(
+                "  remediated by a power cycle through the provisioner: named after {:.0} s, reboot requested after {:.0} s, off after {:.0} s, on after {:.0} s, node Ready and NodesHealthy True after {healthy_at:.0} s, CAPM3 done on its own, same Machine",
+                named_at.unwrap_or(0.0),
+                reboot_at.unwrap_or(0.0),
+                off_at.unwrap_or(0.0),
+                on_at.unwrap_or(0.0),
+            );
+            Ok(())
+        }
+        Power::Unreported => end_unreported_remediation(lab, ns, machine, host).map(|()| {
+            println!(
+                "  remediated by reboot: named after {:.0} s, reboot requested after {:.0} s, node Ready and NodesHealthy True after {healthy_at:.0} s, same Machine",
+                named_at.unwrap_or(0.0),
+                reboot_at.unwrap_or(0.0),
+            );
+        }),
+    }
+}
+
+/// What an operator does after a manual power cycle, where the
+/// provisioner reports none: CAPM3's finalizer off the finished
+/// Metal3Remediation, then the reboot annotation off the host.
+fn end_unreported_remediation(lab: &Lab, ns: &str, machine: &MachineSeen, host: &str) -> Outcome {
     // The healthy machine's remediation is deleted by the health check;
     // CAPM3 still waits for the power-off demo mode never reports.
     wait(
@@ -658,11 +728,6 @@ pub(crate) fn remediate(
             ])
             .map_err(|e| e.to_string())?;
     }
-    println!(
-        "  remediated by reboot: named after {:.0} s, reboot requested after {:.0} s, node Ready and NodesHealthy True after {healthy_at:.0} s, same Machine",
-        named_at.unwrap_or(0.0),
-        reboot_at.unwrap_or(0.0),
-    );
     Ok(())
 }
 
@@ -680,5 +745,5 @@ pub(crate) fn remediate_worker(lab: &Lab) -> Outcome {
         .find(|(_, h)| h.2 == m.infra)
         .map(|(n, _)| n)
         .ok_or_else(|| format!("no host claimed for {}", m.infra))?;
-    remediate(lab, NS, RACK, &m, &host)
+    remediate(lab, NS, RACK, &m, &host, Power::Unreported)
 }

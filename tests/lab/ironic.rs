@@ -1,4 +1,4 @@
-//! Scenarios `ironic-provision` and `ironic-failure`: the lab's BMO without
+//! Scenarios `ironic-provision` (with the remediation through Ironic) and `ironic-failure`: the lab's BMO without
 //! its demo provisioner, against real Ironic (xtask::lab::ironic), with
 //! sushy-tools' fake Redfish systems as the BMCs and the lab's fake agent
 //! as the ramdisk. The hosts come from the same description as the demo
@@ -171,6 +171,9 @@ fn site_xr(s: Site, image: Value) -> Result<Value, String> {
     net["nodeIP"] = json!(s.node_ip);
     net["gateway"] = json!("192.168.122.1");
     net["dnsServer"] = json!("192.168.122.1");
+    // The health check's default waits 5 min: the lab's node is wedged
+    // on purpose (the remediation through Ironic).
+    xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 30});
     let mut xr = ironic::with_lab_image(xr);
     xr["spec"]["kubernetes"]["imageURL"] = image;
     Ok(xr)
@@ -248,7 +251,8 @@ fn delete_and_rest(lab: &Lab, s: Site) -> Outcome {
 /// The built-in example through Ironic to Ready: inspection data in
 /// HardwareData (from the agent, under the names the MetalCluster uses),
 /// cleaning once the deploy starts, a deploy with the config drive CAPM3's user data makes and
-/// the image checked by its sha256; then a background delete.
+/// the image checked by its sha256; a wedged node remediated by a power
+/// cycle through Ironic; then a background delete.
 pub(crate) fn ironic_provision(lab: &Lab) -> Outcome {
     let s = PROVISION;
     let t = Instant::now();
@@ -319,6 +323,22 @@ pub(crate) fn ironic_provision(lab: &Lab) -> Outcome {
         "  Ready through Ironic in {:.0} s (image downloaded and sha256-checked, config drive written)",
         t.elapsed().as_secs_f64()
     );
+    // Issue 22's remediation with the power cycle itself: Ironic powers
+    // the host off and on through its BMC, and CAPM3 finishes on its own.
+    let machine = machines_in(lab, IRONIC_NS, &format!("{}-cluster", s.xr))
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("no Machine of {}", s.xr))?;
+    day2_step("remediate (through Ironic)", || {
+        remediate(
+            lab,
+            IRONIC_NS,
+            s.xr,
+            &machine,
+            s.host,
+            Power::Reported(&|| sushy_power(s)),
+        )
+    })?;
     delete_and_rest(lab, s)
 }
 

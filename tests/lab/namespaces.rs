@@ -71,7 +71,7 @@ pub(crate) fn inventory_any_namespace(lab: &Lab) -> Outcome {
         .next()
         .ok_or("no Machine of r630")?;
     day2_step("remediate (single node)", || {
-        remediate(lab, LAB_NS, R630, &machine, R630)
+        remediate(lab, LAB_NS, R630, &machine, R630, Power::Unreported)
     })?;
     lab.kube
         .run(&["delete", "metalcluster", R630, "-n", LAB_NS, "--wait=false"])

@@ -215,15 +215,15 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
-	// A host powered off has no running kubelet. A reboot requested
-	// through BMO's reboot API clears a wedged kubelet: the server is
-	// power-cycled. (BMO's demo provisioner does not report the power
-	// change: status.poweredOn follows spec.online, so the request itself
-	// is the signal here.)
+	// A host powered off has no running kubelet, and a power cycle clears
+	// a wedged one. A host whose power the lab really drives (Ironic mode)
+	// is rebooted once BMO reports it off. BMO's demo provisioner reports
+	// no power change (status.poweredOn follows spec.online), so for its
+	// hosts a reboot requested through BMO's reboot API is the signal.
 	on, _, _ := unstructured.NestedBool(bmh.Object, "status", "poweredOn")
 	rebooting := false
 	for k := range bmh.GetAnnotations() {
-		if strings.HasPrefix(k, rebootAnnot) {
+		if strings.HasPrefix(k, rebootAnnot) && !powerReported(bmh) {
 			rebooting = true
 		}
 	}
@@ -268,6 +268,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+}
+
+// powerReported says whether BMO reports the host's real power: its BMC
+// is one of the lab's sushy-tools systems (Ironic mode), on the
+// namespace's loopback. The demo hosts' BMC addresses are never dialled.
+func powerReported(bmh *unstructured.Unstructured) bool {
+	addr, _, _ := unstructured.NestedString(bmh.Object, "spec", "bmc", "address")
+	return strings.HasPrefix(addr, "redfish+http://127.0.0.1:")
 }
 
 // host is the BareMetalHost CAPM3 claimed for the Machine, or nil.
