@@ -321,7 +321,6 @@ fn err(path: &str, value: Option<&Value>, reason: impl Into<String>) -> FieldErr
     }
 }
 
-/// Rules across sections, on an otherwise valid spec.
 /// Rules across sections, once each section is valid on its own.
 pub fn check_inference(mc: &MetalCluster) -> Vec<FieldError> {
     let mut out = Vec::new();

@@ -1,4 +1,5 @@
-//! Scenarios `ironic-provision` (with the remediation through Ironic) and `ironic-failure`: the lab's BMO without
+//! Scenarios `ironic-provision` (with a single node's remediation),
+//! `ironic-failure` and `ironic-remediate-worker`: the lab's BMO without
 //! its demo provisioner, against real Ironic (xtask::lab::ironic), with
 //! sushy-tools' fake Redfish systems as the BMCs and the lab's fake agent
 //! as the ramdisk. The hosts come from the same description as the demo
@@ -37,6 +38,23 @@ const FAILURE: Site = Site {
     node_ip: "192.168.122.72",
 };
 
+/// The fleet whose worker is remediated through Ironic: one control
+/// plane machine behind a VIP and a pool of one worker, each host its own
+/// pool (`node_ip` unused: fleet machines take theirs from the ranges).
+const FLEET_CP: Site = Site {
+    xr: "i3",
+    host: "i3-cp",
+    n: 903,
+    node_ip: "",
+};
+
+const FLEET_WORKER: Site = Site {
+    xr: "i3",
+    host: "i3-w",
+    n: 904,
+    node_ip: "",
+};
+
 /// The file the failure's image URL names: absent (404) until the fault
 /// is removed.
 const LATE_IMAGE: &str = "late-node.raw";
@@ -50,6 +68,8 @@ fn docs() -> Vec<Value> {
         vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": IRONIC_NS}})];
     v.extend(host_docs(PROVISION));
     v.extend(host_docs(FAILURE));
+    v.extend(host_docs(FLEET_CP));
+    v.extend(host_docs(FLEET_WORKER));
     v
 }
 
@@ -141,6 +161,10 @@ fn ironic_tail(lab: &Lab) -> String {
     )
 }
 
+/// What the agent logs once it wrote an image, its checksum good and the
+/// config drive there.
+const IMAGE_WRITTEN: &str = "written (sha256 ok), config drive present";
+
 /// The agent's log lines about `host` containing `what`.
 fn agent_lines(lab: &Lab, host: &str, what: &str) -> usize {
     std::fs::read_to_string(lab.procs.log_file("fake-agent"))
@@ -199,16 +223,21 @@ fn follow_site(
     .map_err(|e| format!("{e}; {}", ironic_tail(lab)))
 }
 
-/// Background delete: the cluster gone, the host cleaned by Ironic,
-/// powered off (sushy-tools shows it), available, the inventory intact.
-fn delete_and_rest(lab: &Lab, s: Site) -> Outcome {
-    let inventory = Inventory::record(lab, IRONIC_NS, &[s.host]);
-    let cleaned = agent_lines(lab, s.host, "clean step");
+/// Background delete: the cluster gone, each of its hosts cleaned by
+/// Ironic, powered off (sushy-tools shows it), available, the inventory
+/// intact.
+fn delete_and_rest(lab: &Lab, xr: &str, hosts: &[Site]) -> Outcome {
+    let names: Vec<&str> = hosts.iter().map(|h| h.host).collect();
+    let inventory = Inventory::record(lab, IRONIC_NS, &names);
+    let cleaned: Vec<usize> = hosts
+        .iter()
+        .map(|h| agent_lines(lab, h.host, "clean step"))
+        .collect();
     lab.kube
         .run(&[
             "delete",
             "metalcluster",
-            s.xr,
+            xr,
             "-n",
             IRONIC_NS,
             "--cascade=background",
@@ -218,31 +247,35 @@ fn delete_and_rest(lab: &Lab, s: Site) -> Outcome {
     let t = Instant::now();
     let mut intact = Ok(());
     wait(
-        &format!("{} gone and host {} back in its pool, off", s.xr, s.host),
+        &format!("{xr} gone and hosts {names:?} back in their pools, off"),
         420,
         || {
             if intact.is_ok() {
                 intact = inventory_intact(lab, &inventory, t);
             }
-            let o = seen_at(lab, s);
-            intact.is_err() || (o.gone && o.host_at_rest())
+            intact.is_err()
+                || hosts.iter().all(|h| {
+                    let o = seen_at(lab, *h);
+                    o.gone && o.host_at_rest()
+                })
         },
     )
     .map_err(|e| format!("{e}; {}", ironic_tail(lab)))?;
     intact?;
-    let after = agent_lines(lab, s.host, "clean step");
-    check(after > cleaned, || {
-        format!("Ironic ran no clean step on {} after the undeploy", s.host)
-    })?;
-    let power = sushy_power(s)?;
-    check(power == "Off", || {
-        format!("sushy-tools holds {} {power}, not Off", s.host)
-    })?;
+    let mut steps = 0;
+    for (h, before) in hosts.iter().zip(cleaned) {
+        let after = agent_lines(lab, h.host, "clean step");
+        check(after > before, || {
+            format!("Ironic ran no clean step on {} after the undeploy", h.host)
+        })?;
+        steps += after - before;
+        let power = sushy_power(*h)?;
+        check(power == "Off", || {
+            format!("sushy-tools holds {} {power}, not Off", h.host)
+        })?;
+    }
     println!(
-        "  {} deleted: host {} cleaned ({} clean steps), Off in sushy-tools, available, inventory intact, in {:.0} s",
-        s.xr,
-        s.host,
-        after - cleaned,
+        "  {xr} deleted: hosts {names:?} cleaned ({steps} clean steps), Off in sushy-tools, available, inventory intact, in {:.0} s",
         t.elapsed().as_secs_f64()
     );
     Ok(())
@@ -263,11 +296,11 @@ pub(crate) fn ironic_provision(lab: &Lab) -> Outcome {
         t.elapsed().as_secs_f64(),
         states.join(" -> ")
     );
-    for step in ["inspecting", "preparing"] {
-        check(states.iter().any(|st| st == step), || {
-            format!("host {} never went through {step}: {states:?}", s.host)
-        })?;
-    }
+    // Inspection takes Ironic about 20 s, so a poll sees it; `preparing`
+    // (BMO's manual cleaning, nothing to do here) can pass between polls.
+    check(states.iter().any(|st| st == "inspecting"), || {
+        format!("host {} never went through inspecting: {states:?}", s.host)
+    })?;
     let hw = lab
         .kube
         .get("hardwaredata", s.host, Some(IRONIC_NS))
@@ -292,6 +325,8 @@ pub(crate) fn ironic_provision(lab: &Lab) -> Outcome {
     // BMO keeps an available host `manageable` in Ironic and provides it
     // (automated cleaning) only when a deploy starts.
     let cleaned = agent_lines(lab, s.host, "clean step");
+    // The agent's log outlives a lab kept running: count from here.
+    let written = agent_lines(lab, s.host, IMAGE_WRITTEN);
     lab.kube
         .apply(&[site_xr(
             s,
@@ -307,7 +342,7 @@ pub(crate) fn ironic_provision(lab: &Lab) -> Outcome {
         format!("Ironic ran no clean step on {} before its deploy", s.host)
     })?;
     check(
-        agent_lines(lab, s.host, "written (sha256 ok), config drive present") == 1,
+        agent_lines(lab, s.host, IMAGE_WRITTEN) == written + 1,
         || {
             format!(
                 "the agent did not write {}'s image with its config drive once",
@@ -339,7 +374,7 @@ pub(crate) fn ironic_provision(lab: &Lab) -> Outcome {
             Power::Reported(&|| sushy_power(s)),
         )
     })?;
-    delete_and_rest(lab, s)
+    delete_and_rest(lab, s.xr, &[s])
 }
 
 /// A deploy Ironic fails (the image server answers 404 for the image):
@@ -412,5 +447,123 @@ pub(crate) fn ironic_failure(lab: &Lab) -> Outcome {
         "  recovered once the image was served: Ready in {:.0} s, {warnings} Warning in all",
         t.elapsed().as_secs_f64()
     );
-    delete_and_rest(lab, s)
+    delete_and_rest(lab, s.xr, &[s])
+}
+
+/// The built-in example as a fleet on the Ironic site: its control plane
+/// one machine behind a VIP, one worker pool of one.
+fn fleet_xr() -> Result<Value, String> {
+    let mut xr = example_xr()?;
+    xr["metadata"]["name"] = json!(FLEET_CP.xr);
+    xr["metadata"]["namespace"] = json!(IRONIC_NS);
+    xr["spec"]["host"]["pool"] = json!(FLEET_CP.host);
+    xr["spec"]["controlPlane"] = json!({
+        "replicas": 1,
+        "endpoint": "192.168.123.20",
+        "addresses": "192.168.123.21-192.168.123.22",
+    });
+    xr["spec"]["workers"] = json!([{
+        "name": "w",
+        "replicas": 1,
+        "pool": FLEET_WORKER.host,
+        "addresses": "192.168.123.30-192.168.123.31",
+    }]);
+    let net = &mut xr["spec"]["network"];
+    if let Some(n) = net.as_object_mut() {
+        n.remove("nodeIP");
+    }
+    net["gateway"] = json!("192.168.123.1");
+    net["dnsServer"] = json!("192.168.123.1");
+    xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 30});
+    Ok(ironic::with_lab_image(xr))
+}
+
+/// Issue 22's `remediate` for a worker, with the power cycle itself: a
+/// fleet whose two hosts Ironic inspected and deployed; the worker's node
+/// wedged is remediated by its pool's health check, Ironic powers its host
+/// off and on, CAPM3 finishes on its own, and the control plane machine
+/// and its host are untouched; then a background delete returns both
+/// hosts.
+pub(crate) fn ironic_remediate_worker(lab: &Lab) -> Outcome {
+    let hosts = [FLEET_CP, FLEET_WORKER];
+    let t = Instant::now();
+    std::thread::scope(|sc| {
+        let enrolling: Vec<_> = hosts.iter().map(|h| sc.spawn(|| enroll(lab, *h))).collect();
+        enrolling.into_iter().try_for_each(|e| {
+            e.join()
+                .unwrap_or_else(|_| Err("an enrolment panicked".into()))
+                .map(|_| ())
+        })
+    })?;
+    println!(
+        "  hosts {} and {} available through Ironic in {:.0} s",
+        FLEET_CP.host,
+        FLEET_WORKER.host,
+        t.elapsed().as_secs_f64()
+    );
+    let xr = FLEET_CP.xr;
+    lab.kube.apply(&[fleet_xr()?]).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    wait(
+        &format!("{xr} Ready with 2/2 nodes through Ironic"),
+        600,
+        || {
+            lab.kube
+                .get("metalcluster", xr, Some(IRONIC_NS))
+                .is_some_and(|x| {
+                    str_at(&x, "/status/phase") == "Ready" && str_at(&x, "/status/nodes") == "2/2"
+                })
+        },
+    )
+    .map_err(|e| format!("{e}; {}", ironic_tail(lab)))?;
+    println!(
+        "  {xr} Ready (2/2) through Ironic in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    let cluster = format!("{xr}-cluster");
+    let machines = machines_in(lab, IRONIC_NS, &cluster);
+    let set = |name: &str| {
+        machines
+            .iter()
+            .find(|m| m.set == name)
+            .cloned()
+            .ok_or_else(|| format!("no Machine of set {name}: {machines:?}"))
+    };
+    let worker = set(&format!("{cluster}-w"))?;
+    let cp = set("controlplane")?;
+    // The worker's host: the one CAPM3 claimed for its Metal3Machine.
+    let claimed = |h: Site, m: &MachineSeen| {
+        host(lab, h).is_some_and(|b| str_at(&b, "/spec/consumerRef/name") == m.infra)
+    };
+    check(
+        claimed(FLEET_WORKER, &worker) && claimed(FLEET_CP, &cp),
+        || {
+            format!(
+                "the worker {} is not on {} nor the control plane {} on {}",
+                worker.name, FLEET_WORKER.host, cp.name, FLEET_CP.host
+            )
+        },
+    )?;
+    day2_step("remediate (a worker, through Ironic)", || {
+        remediate(
+            lab,
+            IRONIC_NS,
+            xr,
+            &worker,
+            FLEET_WORKER.host,
+            Power::Reported(&|| sushy_power(FLEET_WORKER)),
+        )
+    })?;
+    let cp_now = machines_in(lab, IRONIC_NS, &cluster)
+        .into_iter()
+        .find(|m| m.name == cp.name);
+    check(
+        cp_now.as_ref().is_some_and(|m| m.uid == cp.uid && m.ready),
+        || format!("the control plane machine changed: {cp_now:?}, was {cp:?}"),
+    )?;
+    let power = sushy_power(FLEET_CP)?;
+    check(power == "On", || {
+        format!("the control plane's host {} is {power}", FLEET_CP.host)
+    })?;
+    delete_and_rest(lab, xr, &hosts)
 }

@@ -99,6 +99,7 @@ fn main() -> ExitCode {
         &[
             ("ironic-provision", ironic_provision),
             ("ironic-failure", ironic_failure),
+            ("ironic-remediate-worker", ironic_remediate_worker),
         ],
     ];
     // METALPLANE_LAB_ONLY=a,b runs just those scenarios (while developing
