@@ -545,6 +545,12 @@ pub(crate) fn remediate(
     let t = Instant::now();
     let (mut named_at, mut reboot_at, mut off_at, mut on_at) = (None, None, None, None);
     let secs = |t: &Instant| t.elapsed().as_secs_f64();
+    // A real power cycle adds the BMC's own delays (sushy-tools: 1-11 s
+    // each way) and the provisioner's polls.
+    let limit = match power {
+        Power::Unreported => 300,
+        Power::Reported(_) => 420,
+    };
     loop {
         let x = lab
             .kube
@@ -620,9 +626,9 @@ pub(crate) fn remediate(
         if named_at.is_some() && reboot_at.is_some() && status == "True" && finished {
             break;
         }
-        if t.elapsed() > Duration::from_secs(420) {
+        if t.elapsed() > Duration::from_secs(limit) {
             return Err(format!(
-                "remediation of {} did not finish in 420 s: NodesHealthy {status} {msg}; host annotations {:?}, poweredOn {}; off seen after {off_at:?} s, on after {on_at:?} s",
+                "remediation of {} did not finish in {limit} s: NodesHealthy {status} {msg}; host annotations {:?}, poweredOn {}; off seen after {off_at:?} s, on after {on_at:?} s",
                 machine.name,
                 reboot_annotations(&h),
                 h.pointer("/status/poweredOn").unwrap_or(&Value::Null),

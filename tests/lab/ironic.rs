@@ -40,7 +40,8 @@ const FAILURE: Site = Site {
 
 /// The fleet whose worker is remediated through Ironic: one control
 /// plane machine behind a VIP and a pool of one worker, each host its own
-/// pool (`node_ip` unused: fleet machines take theirs from the ranges).
+/// pool (`node_ip` unused: fleet machines take theirs from the ranges
+/// `fleet_xr` gives).
 const FLEET_CP: Site = Site {
     xr: "i3",
     host: "i3-cp",
@@ -451,31 +452,27 @@ pub(crate) fn ironic_failure(lab: &Lab) -> Outcome {
 }
 
 /// The built-in example as a fleet on the Ironic site: its control plane
-/// one machine behind a VIP, one worker pool of one.
+/// one machine behind a VIP, one worker pool of one, in the site's subnet.
 fn fleet_xr() -> Result<Value, String> {
-    let mut xr = example_xr()?;
-    xr["metadata"]["name"] = json!(FLEET_CP.xr);
-    xr["metadata"]["namespace"] = json!(IRONIC_NS);
-    xr["spec"]["host"]["pool"] = json!(FLEET_CP.host);
+    let mut xr = site_xr(
+        FLEET_CP,
+        json!(format!("{}/{}", ironic::images(), ironic::IMAGE)),
+    )?;
+    if let Some(n) = xr["spec"]["network"].as_object_mut() {
+        n.remove("nodeIP");
+    }
     xr["spec"]["controlPlane"] = json!({
         "replicas": 1,
-        "endpoint": "192.168.123.20",
-        "addresses": "192.168.123.21-192.168.123.22",
+        "endpoint": "192.168.122.80",
+        "addresses": "192.168.122.81-192.168.122.82",
     });
     xr["spec"]["workers"] = json!([{
         "name": "w",
         "replicas": 1,
         "pool": FLEET_WORKER.host,
-        "addresses": "192.168.123.30-192.168.123.31",
+        "addresses": "192.168.122.90-192.168.122.91",
     }]);
-    let net = &mut xr["spec"]["network"];
-    if let Some(n) = net.as_object_mut() {
-        n.remove("nodeIP");
-    }
-    net["gateway"] = json!("192.168.123.1");
-    net["dnsServer"] = json!("192.168.123.1");
-    xr["spec"]["health"] = json!({"unhealthyAfterSeconds": 30});
-    Ok(ironic::with_lab_image(xr))
+    Ok(xr)
 }
 
 /// Issue 22's `remediate` for a worker, with the power cycle itself: a

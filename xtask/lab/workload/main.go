@@ -222,9 +222,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// hosts a reboot requested through BMO's reboot API is the signal.
 	on, _, _ := unstructured.NestedBool(bmh.Object, "status", "poweredOn")
 	rebooting := false
-	for k := range bmh.GetAnnotations() {
-		if strings.HasPrefix(k, rebootAnnot) && !powerReported(bmh) {
-			rebooting = true
+	if !powerReported(bmh) {
+		for k := range bmh.GetAnnotations() {
+			if strings.HasPrefix(k, rebootAnnot) {
+				rebooting = true
+			}
 		}
 	}
 	if _, ok := m.Annotations[wedged]; ok && (!on || rebooting) {
