@@ -161,23 +161,28 @@ pub(crate) fn hosts_on_their_way(lab: &Lab) -> Outcome {
     println!("  {msg}");
     // The transition raised the Warning; the reconciles after it (dozens
     // in 35 s here, the Cluster's status churns) keep the condition and
-    // raise none. (Two reconciles that read the XR before either wrote the
-    // condition may both announce the one transition.)
+    // raise none. Crossplane records a function's events before it writes
+    // the XR's status, so a reconcile that read the XR from its cache
+    // before the condition landed announces the transition again: client-go
+    // folds those into the one Event (a count of 4 in a loaded CI run).
     std::thread::sleep(Duration::from_secs(3));
+    let objects = |lab: &Lab| warning_events_in(lab, RACK_C, "otw", "NoAvailableHost").len();
     let at_transition = warning_count_in(lab, RACK_C, "otw", "NoAvailableHost");
+    let events = objects(lab);
     set_host_status_in(lab, RACK_C, "c1", "available", "power management error", 2)?;
     std::thread::sleep(Duration::from_secs(35));
     let n = warning_count_in(lab, RACK_C, "otw", "NoAvailableHost");
     check(
-        (1..=2).contains(&at_transition) && n == at_transition,
+        at_transition >= 1 && events == 1 && objects(lab) == 1 && n == at_transition,
         || {
             format!(
-                "NoAvailableHost Warning events: {at_transition} at the transition, {n} after 35 s of reconciles"
+                "NoAvailableHost Warning: {events} Event(s) counting {at_transition} at the transition, {} counting {n} after 35 s of reconciles",
+                objects(lab)
             )
         },
     )?;
     println!(
-        "  {n} NoAvailableHost Warning event(s) for one transition; none after 35 s of reconciles"
+        "  one NoAvailableHost Warning Event for one transition (count {n}); none added by 35 s of reconciles"
     );
     lab.kube
         .run(&[

@@ -17,6 +17,7 @@ use xtask::lab::observe::{self, Inventory, Observed};
 use xtask::lab::{Lab, procs};
 
 mod bad_input;
+mod chaos;
 mod day2;
 mod edits;
 mod hosts;
@@ -37,6 +38,7 @@ mod support;
 mod teardown;
 
 use bad_input::*;
+use chaos::*;
 use day2::*;
 use edits::*;
 use hosts::*;
@@ -58,7 +60,7 @@ type Outcome = Result<(), String>;
 type Scenario = (&'static str, fn(&Lab) -> Outcome);
 
 /// The index of the group that runs with BMO against Ironic.
-const IRONIC_GROUP: usize = 15;
+const IRONIC_GROUP: usize = 16;
 
 fn main() -> ExitCode {
     let started = Instant::now();
@@ -72,7 +74,7 @@ fn main() -> ExitCode {
     // Groups run in order; the scenarios of one group run at the same time
     // (independent: their own namespaces, hosts and addresses), to keep CI
     // short as scenarios are added.
-    let groups: [&[Scenario]; 16] = [
+    let groups: [&[Scenario]; 17] = [
         &[("install", install)],
         &[("provision", provision)],
         &[("operation", operation)],
@@ -95,6 +97,8 @@ fn main() -> ExitCode {
             ("multi-node", multi_node),
             ("inventory-any-namespace", inventory_any_namespace),
         ],
+        // Alone: it kills the processes every scenario shares.
+        &[("chaos", chaos_pass)],
         // Last: BMO leaves demo mode for Ironic meanwhile (IRONIC_GROUP).
         &[
             ("ironic-provision", ironic_provision),

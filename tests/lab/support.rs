@@ -274,16 +274,23 @@ pub(crate) fn warning_count(lab: &Lab, xr: &str, reason: &str) -> u64 {
     warning_count_in(lab, NS, xr, reason)
 }
 
-pub(crate) fn warning_count_in(lab: &Lab, ns: &str, xr: &str, reason: &str) -> u64 {
+/// The Warning Event objects of MetalCluster `xr` with `reason`.
+pub(crate) fn warning_events_in(lab: &Lab, ns: &str, xr: &str, reason: &str) -> Vec<Value> {
     lab.kube
         .list("events", Some(ns))
-        .iter()
+        .into_iter()
         .filter(|e| {
             str_at(e, "/involvedObject/kind") == "MetalCluster"
                 && str_at(e, "/involvedObject/name") == xr
                 && str_at(e, "/type") == "Warning"
                 && str_at(e, "/reason") == reason
         })
+        .collect()
+}
+
+pub(crate) fn warning_count_in(lab: &Lab, ns: &str, xr: &str, reason: &str) -> u64 {
+    warning_events_in(lab, ns, xr, reason)
+        .iter()
         .map(|e| {
             e.pointer("/count")
                 .and_then(Value::as_u64)

@@ -50,6 +50,17 @@ enum LabCmd {
         #[arg(long)]
         ironic: bool,
     },
+    /// Scenarios under SIGKILLs of lab processes at moments drawn from a seed; invariants checked at every poll.
+    Chaos {
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// Run i uses seed SEED+i: `--runs 1 --seed N` replays run N.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Every run's plan, faults and outcome as JSON.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// The lab's performance figures (benches/run.sh): bring-up times, status lag, steady-state load per MetalCluster.
     Perf {
         /// MetalClusters in the large steady state.
@@ -79,6 +90,16 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
         }
         LabCmd::Exec { cmd } => lab.exec(&cmd),
         LabCmd::Demo { ironic } => xtask::lab::demo::run(&lab, ironic).map(|_| 0),
+        LabCmd::Chaos { runs, seed, json } => {
+            let s = xtask::lab::chaos::run(&lab, &xtask::lab::chaos::Options { runs, seed })?;
+            println!("{}", xtask::lab::chaos::table(&s));
+            if let Some(p) = json {
+                let text = serde_json::to_string_pretty(&s).unwrap_or_default();
+                std::fs::write(&p, text)
+                    .map_err(|e| xtask::lab::LabError::new(format!("{}: {e}", p.display())))?;
+            }
+            Ok(if s.violations == 0 { 0 } else { 1 })
+        }
         LabCmd::Perf { xrs, window, out } => {
             let opts = xtask::lab::perf::Options {
                 xrs,

@@ -7,6 +7,7 @@
 //! the harness's kubectl is admin.
 
 pub mod build;
+pub mod chaos;
 pub mod charts;
 pub mod demo;
 pub mod hosts;

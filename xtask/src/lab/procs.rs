@@ -119,36 +119,85 @@ impl Procs {
                 _ => return Ok(pid),
             }
         }
-        for d in ["pids", "logs"] {
+        for d in ["pids", "logs", "specs"] {
             std::fs::create_dir_all(self.state.join(d))
                 .map_err(|e| LabError::new(format!("{}: {e}", self.state.display())))?;
         }
+        // Kept so `respawn` starts it again exactly as it ran (chaos.rs).
+        let saved =
+            serde_json::json!({"program": spec.program, "args": spec.args, "env": spec.env});
+        std::fs::write(self.spec_file(spec.name), saved.to_string())
+            .map_err(|e| LabError::new(format!("spec of {}: {e}", spec.name)))?;
+        self.spawn(spec.name, &spec.program, &spec.args, &spec.env)
+    }
+
+    fn spec_file(&self, name: &str) -> PathBuf {
+        self.state.join("specs").join(format!("{name}.json"))
+    }
+
+    fn spawn(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<u32, LabError> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.log_file(spec.name))
-            .map_err(|e| LabError::new(format!("log of {}: {e}", spec.name)))?;
+            .open(self.log_file(name))
+            .map_err(|e| LabError::new(format!("log of {name}: {e}")))?;
         let err = log
             .try_clone()
-            .map_err(|e| LabError::new(format!("log of {}: {e}", spec.name)))?;
+            .map_err(|e| LabError::new(format!("log of {name}: {e}")))?;
         let mut cmd = Command::new("setsid");
         cmd.args(["ip", "netns", "exec", NETNS])
-            .arg(&spec.program)
-            .args(&spec.args)
-            .env("METALPLANE_LAB_PROC", spec.name)
+            .arg(program)
+            .args(args)
+            .env("METALPLANE_LAB_PROC", name)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err);
-        for (k, v) in &spec.env {
+        for (k, v) in env {
             cmd.env(k, v);
         }
         let child = cmd
             .spawn()
-            .map_err(|e| LabError::new(format!("cannot start {}: {e}", spec.name)))?;
+            .map_err(|e| LabError::new(format!("cannot start {name}: {e}")))?;
         let pid = child.id();
-        std::fs::write(self.pid_file(spec.name), pid.to_string())
-            .map_err(|e| LabError::new(format!("pid of {}: {e}", spec.name)))?;
+        std::fs::write(self.pid_file(name), pid.to_string())
+            .map_err(|e| LabError::new(format!("pid of {name}: {e}")))?;
         Ok(pid)
+    }
+
+    /// SIGKILL to a process and its session, no grace: a crash, an OOM
+    /// kill. Its pid file stays (`respawn` replaces it).
+    pub fn kill(&self, name: &str) -> Option<u32> {
+        let pid = self.running(name)?;
+        signal(pid, "KILL");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.running(name).is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(pid)
+    }
+
+    /// Starts a stopped process again with the program, flags and
+    /// environment it last ran with, as a kubelet restarts a container.
+    pub fn respawn(&self, name: &str) -> Result<u32, LabError> {
+        if let Some(pid) = self.running(name) {
+            return Ok(pid);
+        }
+        let path = self.spec_file(name);
+        let saved: serde_json::Value = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .ok_or_else(|| LabError::new(format!("{}: no saved spec", path.display())))?;
+        let program = PathBuf::from(saved["program"].as_str().unwrap_or_default());
+        let args: Vec<String> = serde_json::from_value(saved["args"].clone()).unwrap_or_default();
+        let env: Vec<(String, String)> =
+            serde_json::from_value(saved["env"].clone()).unwrap_or_default();
+        self.spawn(name, &program, &args, &env)
     }
 
     /// Stops one process: TERM to its session, then KILL after a grace period.
