@@ -3,43 +3,58 @@
 //! may be refused anything over a whole run, and each rule of MetalPlane's
 //! own RBAC is shown to be needed.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use xtask::lab::identity;
 
 use super::*;
 
-/// Byte offsets (at its start and at its end) of the audit log and every
-/// process log around the deliberate refusals of `least_privilege`: the
-/// final check skips what lies between.
-type Offsets = BTreeMap<std::path::PathBuf, u64>;
-static WINDOW: Mutex<Option<(Offsets, Offsets)>> = Mutex::new(None);
+/// Windows of the audit log and every process log (byte offsets at their
+/// start and end) that the final check skips: the deliberate refusals of
+/// `least_privilege`, and the first seconds of each API server the chaos
+/// pass restarted (its authorizer answers before its RBAC caches are
+/// filled, see `exempt_windows`).
+type Offsets = xtask::lab::LogOffsets;
+static WINDOWS: Mutex<Vec<(Offsets, Offsets)>> = Mutex::new(Vec::new());
 
 fn logs(lab: &Lab) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(lab.state_path("logs"))
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
+    lab.logs()
 }
 
-/// A file's text without the deliberate-refusals window, if there was one.
+/// Skips these windows in the final check.
+pub(crate) fn exempt_windows(windows: impl IntoIterator<Item = (Offsets, Offsets)>) {
+    if let Ok(mut w) = WINDOWS.lock() {
+        w.extend(windows);
+    }
+}
+
+/// A file's text without the exempt windows.
 fn read_to_cut(path: &std::path::Path) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
-    let window = WINDOW.lock().ok().and_then(|w| {
-        w.as_ref()
-            .map(|(a, b)| (a.get(path).copied(), b.get(path).copied()))
-    });
     let n = bytes.len();
-    let (from, to) = match window {
-        Some((Some(a), Some(b))) => ((a as usize).min(n), (b as usize).min(n)),
-        // A log that began inside the window: all of it up to the end.
-        Some((None, Some(b))) => (0, (b as usize).min(n)),
-        _ => (n, n),
-    };
-    let mut kept = bytes[..from].to_vec();
-    kept.extend_from_slice(&bytes[to..]);
+    let mut cuts: Vec<(usize, usize)> = WINDOWS
+        .lock()
+        .map(|w| {
+            w.iter()
+                .filter_map(|(a, b)| match (a.get(path), b.get(path)) {
+                    (Some(a), Some(b)) => Some(((*a as usize).min(n), (*b as usize).min(n))),
+                    // A log that began inside the window: all of it up to the end.
+                    (None, Some(b)) => Some((0, (*b as usize).min(n))),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    cuts.sort();
+    let mut kept = Vec::with_capacity(n);
+    let mut at = 0;
+    for (from, to) in cuts {
+        if from > at {
+            kept.extend_from_slice(&bytes[at..from]);
+        }
+        at = at.max(to);
+    }
+    kept.extend_from_slice(&bytes[at.min(n)..]);
     String::from_utf8_lossy(&kept).into_owned()
 }
 
@@ -243,13 +258,7 @@ fn apply_role(lab: &Lab, rule: &Rule, without: bool) -> Outcome {
 
 /// Byte lengths of the audit log and the process logs now.
 fn offsets(lab: &Lab) -> Offsets {
-    logs(lab)
-        .into_iter()
-        .map(|p| {
-            let n = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-            (p, n)
-        })
-        .collect()
+    lab.log_offsets()
 }
 
 /// Refusals in the audit log after `from` bytes.
@@ -411,9 +420,7 @@ pub(crate) fn least_privilege(lab: &Lab) -> Outcome {
     for p in ["crossplane", "provider-kubernetes"] {
         lab.restart(p).map_err(|e| e.to_string())?;
     }
-    if let Ok(mut w) = WINDOW.lock() {
-        *w = Some((start, offsets(lab)));
-    }
+    exempt_windows([(start, offsets(lab))]);
     outcome?;
     println!(
         "  {} rules, each needed ({:.0} s)",

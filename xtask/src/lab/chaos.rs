@@ -199,6 +199,9 @@ pub struct RunReport {
     /// would).
     pub crashed: Vec<String>,
     pub duration_s: f64,
+    /// The logs' windows around each API server restart (Injector::play).
+    #[serde(skip)]
+    pub api_restart_windows: Vec<(super::LogOffsets, super::LogOffsets)>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -251,6 +254,7 @@ struct Injector<'a> {
     /// Processes a fault holds down (not crashes to restart).
     down: Mutex<BTreeSet<String>>,
     struck: Mutex<Vec<Struck>>,
+    api_windows: Mutex<Vec<(super::LogOffsets, super::LogOffsets)>>,
     phase: Mutex<String>,
     stop: AtomicBool,
     /// The run's MetalCluster (empty for the remediation scenario).
@@ -281,10 +285,26 @@ impl Injector<'_> {
                 "chaos: {killed:.1} s: SIGKILL {proc} (phase {phase:?}), down {:.1} s",
                 f.down_s
             ));
+            let before = self.lab.log_offsets();
             self.lab.procs.kill(proc);
             std::thread::sleep(Duration::from_secs_f64(f.down_s));
             if let Err(e) = self.lab.procs.respawn(proc) {
                 super::progress(&format!("chaos: cannot restart {proc}: {e}"));
+            }
+            if proc == "kube-apiserver" {
+                // A starting API server answers before its RBAC
+                // authorizer's caches are filled: for about a second it
+                // refuses what every role allows, and clients log that.
+                // The window, until it is ready and its clients retried,
+                // is reported so a check for RBAC gaps can skip it.
+                let t = Instant::now();
+                while !self.lab.kube.ready() && t.elapsed() < Duration::from_secs(60) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                std::thread::sleep(Duration::from_secs(5));
+                if let Ok(mut w) = self.api_windows.lock() {
+                    w.push((before, self.lab.log_offsets()));
+                }
             }
             if let Ok(mut d) = self.down.lock() {
                 d.remove(proc);
@@ -587,8 +607,8 @@ fn until(
 }
 
 /// The phase a fault lands in, as the README's table names it: the XR's
-/// `status.phase`, `Deleting`, `Deleted` (its hosts on their way back), or
-/// the remediation host's provisioning state.
+/// `status.phase`, `Deleting`, `TearingDown` (the XR gone, its hosts on
+/// their way back), `Gone`, or the remediation host's provisioning state.
 fn note_phase(inj: &Injector<'_>, lab: &Lab) {
     let p = if inj.xr.is_empty() {
         let ns = remediation_ns(inj.seed);
@@ -598,7 +618,10 @@ fn note_phase(inj: &Injector<'_>, lab: &Lab) {
         }
     } else {
         match lab.kube.get("metalcluster", &inj.xr, Some(NS)) {
-            None => "Deleted".into(),
+            // The XR is gone; its cluster's teardown goes on until the
+            // hosts are back.
+            None if hosts_at_rest(lab, &chaos_hosts()) == Some(true) => "Gone".into(),
+            None => "TearingDown".into(),
             Some(x) if x.pointer("/metadata/deletionTimestamp").is_some() => "Deleting".into(),
             Some(x) => match str_at(&x, "/status/phase") {
                 "" => "Applied".into(),
@@ -803,6 +826,7 @@ pub fn run_one(lab: &Lab, plan: &Plan, uids: &Uids) -> RunReport {
         t0,
         down: Mutex::new(BTreeSet::new()),
         struck: Mutex::new(Vec::new()),
+        api_windows: Mutex::new(Vec::new()),
         phase: Mutex::new("Applied".into()),
         stop: AtomicBool::new(false),
         xr: match plan.scenario {
@@ -888,6 +912,11 @@ pub fn run_one(lab: &Lab, plan: &Plan, uids: &Uids) -> RunReport {
         converged_after_last_fault_s: converged,
         crashed: chk.crashed,
         duration_s: t0.elapsed().as_secs_f64(),
+        api_restart_windows: inj
+            .api_windows
+            .lock()
+            .map(|w| w.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -1074,6 +1103,7 @@ mod tests {
             converged_after_last_fault_s: Some(c),
             crashed: vec![],
             duration_s: 0.0,
+            api_restart_windows: vec![],
         };
         let s = summarize((1..=20).map(|i| run(i as f64)).collect());
         assert_eq!(

@@ -61,6 +61,9 @@ pub const CROSSPLANE_HEALTH_PORT: u16 = 8081;
 pub const FUNCTION_PORT: u16 = 9445;
 pub const REGISTRY_PORT: u16 = 5000;
 
+/// Byte offsets into the lab's logs (`Lab::log_offsets`).
+pub type LogOffsets = std::collections::BTreeMap<PathBuf, u64>;
+
 /// The lab's folders and clients.
 pub struct Lab {
     pub state: PathBuf,
@@ -124,6 +127,26 @@ impl Lab {
         spec.env
             .push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
         spec
+    }
+
+    /// Every log of the lab (the processes' and the audit log), sorted.
+    pub fn logs(&self) -> Vec<PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(self.state.join("logs"))
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Each log's length now: the start or end of a window of log lines.
+    pub fn log_offsets(&self) -> LogOffsets {
+        self.logs()
+            .into_iter()
+            .map(|p| {
+                let n = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+                (p, n)
+            })
+            .collect()
     }
 
     /// The main API server's audit log (identity::denied reads it).
