@@ -708,7 +708,7 @@ fn drive(lab: &Lab, plan: &Plan, inj: &Injector<'_>, chk: &mut Checker<'_>) -> R
                 "checksumType": "sha256", "format": "qcow2",
             });
             docs.extend(host);
-            kubectl_apply_retrying(inj, lab, &docs)?;
+            retrying(inj, || lab.kube.apply(&docs))?;
             let job = format!("{PROVISIONING_HOST}-provis-none");
             let mut duplicate = None;
             let found = until(
@@ -749,27 +749,24 @@ fn remediation_ns(seed: u64) -> String {
     format!("chaos-r{}", seed % 1000)
 }
 
-fn kubectl_retrying(inj: &Injector<'_>, lab: &Lab, args: &[&str]) -> Result<(), String> {
+/// Retries a kubectl call while the API server may be the one down, up
+/// to 60 s after the later of the first try and the last fault's restart.
+fn retrying(
+    inj: &Injector<'_>,
+    mut call: impl FnMut() -> Result<(), LabError>,
+) -> Result<(), String> {
     let from = inj.now();
     loop {
-        match lab.kube.run(args) {
-            Ok(_) => return Ok(()),
-            // The API server may be the one down.
+        match call() {
+            Ok(()) => return Ok(()),
             Err(e) if inj.now() - from.max(inj.last_restart()) > 60.0 => return Err(e.to_string()),
             Err(_) => std::thread::sleep(POLL),
         }
     }
 }
 
-fn kubectl_apply_retrying(inj: &Injector<'_>, lab: &Lab, docs: &[Value]) -> Result<(), String> {
-    let from = inj.now();
-    loop {
-        match lab.kube.apply(docs) {
-            Ok(()) => return Ok(()),
-            Err(e) if inj.now() - from.max(inj.last_restart()) > 60.0 => return Err(e.to_string()),
-            Err(_) => std::thread::sleep(POLL),
-        }
-    }
+fn kubectl_retrying(inj: &Injector<'_>, lab: &Lab, args: &[&str]) -> Result<(), String> {
+    retrying(inj, || lab.kube.run(args).map(|_| ()))
 }
 
 fn delete(inj: &Injector<'_>, chk: &mut Checker<'_>, lab: &Lab, xr: &str) -> Result<(), String> {
