@@ -613,3 +613,74 @@ fn a_vanished_host_is_reported_not_failed() {
     let desired = rsp.desired.map(|d| d.resources.len()).unwrap_or_default();
     assert_eq!(desired, 0, "no Job for a host that is gone");
 }
+
+/// A claimed host's owning MetalCluster, as Crossplane reads it back.
+fn owner(annotation: Option<&str>) -> Value {
+    let mut xr = json!({
+        "apiVersion": "metal.kube.farm/v1alpha1",
+        "kind": "MetalCluster",
+        "metadata": {"name": "r730", "namespace": "metal"},
+        "spec": {},
+    });
+    if let Some(a) = annotation {
+        xr["metadata"]["annotations"] = json!({"metal.kube.farm/host-observed": a});
+    }
+    xr
+}
+
+fn claimed(state: &str) -> Value {
+    let mut h = bmh("r730", IDRAC, state);
+    h["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "r730-cluster"});
+    h["status"]["operationalStatus"] = json!("OK");
+    h
+}
+
+/// The owner annotated, if the operation applied it.
+fn nudge_of(applied: &[Value]) -> Option<&Value> {
+    applied.iter().find(|d| d["kind"] == "MetalCluster")
+}
+
+#[test]
+fn a_claimed_hosts_change_reaches_its_metalcluster_once() {
+    let (out, applied, _) = run_all(&claimed("provisioned"), None, &[owner(None)]);
+    let nudge = nudge_of(&applied).expect("the owner is annotated");
+    assert_eq!(
+        nudge["metadata"],
+        json!({"name": "r730", "namespace": "metal", "annotations": {
+            "metal.kube.farm/host-observed": "r730: provisioned, power on, OK"}})
+    );
+    assert_eq!(nudge.get("spec"), None, "one annotation, nothing else");
+    assert_eq!(out["ownerNudged"], "metal/r730");
+
+    // Crossplane runs the operation again for the same host with nothing
+    // new: the owner already shows it, so nothing is written.
+    let shown = owner(Some("r730: provisioned, power on, OK"));
+    let (out, applied, _) = run_all(&claimed("provisioned"), None, &[shown.clone()]);
+    assert_eq!(nudge_of(&applied), None);
+    assert_eq!(out.get("ownerNudged"), None);
+
+    // The same owner, the host now in error: written again.
+    let mut failed = claimed("provisioned");
+    failed["status"]["operationalStatus"] = json!("error");
+    failed["status"]["errorType"] = json!("power management error");
+    failed["status"]["errorCount"] = json!(1);
+    let (_, applied, _) = run_all(&failed, Some(json!({"dryRun": true})), &[shown]);
+    let line = &nudge_of(&applied).expect("dry runs refresh status too")["metadata"]["annotations"]
+        ["metal.kube.farm/host-observed"];
+    assert_eq!(
+        line,
+        "r730: provisioned, power on, error, power management error (attempt 1)"
+    );
+}
+
+#[test]
+fn no_owner_no_write() {
+    // The owner is gone (or a hand-made Cluster claimed the host): nothing
+    // is applied, so a deleted MetalCluster is never recreated.
+    let (out, applied, _) = run_all(&claimed("deprovisioning"), None, &[]);
+    assert_eq!(nudge_of(&applied), None, "{applied:?}");
+    assert_eq!(out.get("ownerNudged"), None);
+    // An unclaimed host names no owner.
+    let (_, applied, _) = run_all(&bmh("r730", IDRAC, "available"), None, &[owner(None)]);
+    assert_eq!(nudge_of(&applied), None);
+}

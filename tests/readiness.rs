@@ -224,7 +224,8 @@ fn stages_from_nothing_to_ready() {
     assert_eq!(desired_status(&rsp)["phase"], "Ready");
     assert_eq!(
         rsp.meta.as_ref().and_then(|m| m.ttl).map(|t| t.seconds),
-        Some(60)
+        Some(600),
+        "settled: the host's changes come by the WatchOperation's annotation"
     );
 
     // 8. A blip in the Cluster's Available condition keeps the CNI composed.

@@ -26,15 +26,18 @@ pub const BMH_API_VERSION: &str = "metal3.io/v1alpha1";
 pub const BMH_KIND: &str = "BareMetalHost";
 
 /// How soon Crossplane calls again: with realtime compositions it requeues
-/// after the response's TTL, and nothing else tells it that a host (a
-/// required resource, not watched) changed. Quick while something is on its
-/// way, so the status follows the host within seconds (3 s: with
-/// Crossplane's +-10% jitter and the reconcile's own time, 5 s let the
+/// after the response's TTL. Composed objects are watched; the hosts are
+/// only read (required resources), so a claimed host's changes come by the
+/// WatchOperation's annotation on the owner (`operate::nudge`), and an
+/// unclaimed one's by polling. Quick while something is on its way (3 s:
+/// with Crossplane's +-10% jitter and the reconcile's own time, 5 s let the
 /// status trail a host by up to 5.8 s in `cargo xtask lab perf`); slow
-/// while waiting on people (no host, a host in error) and once settled.
+/// while waiting on people (no host, a host in error); once settled, only
+/// as a backstop for what nothing watches (the Machines, read as required
+/// resources; a lost watch event), like CAPI's 10 minute sync period.
 pub const TTL_MOVING: Duration = Duration::from_secs(3);
 pub const TTL_WAITING: Duration = Duration::from_secs(30);
-pub const TTL_READY: Duration = Duration::from_secs(60);
+pub const TTL_READY: Duration = Duration::from_secs(600);
 
 pub fn ttl(phase: Phase, pool: &Pool<'_>) -> Duration {
     match phase {

@@ -66,6 +66,11 @@ impl Names {
         }
     }
 
+    /// The MetalCluster a Cluster name was derived from (`<xr>-cluster`).
+    pub fn xr_of_cluster(cluster: &str) -> Option<&str> {
+        cluster.strip_suffix("-cluster").filter(|x| !x.is_empty())
+    }
+
     pub fn all(&self) -> [&str; 26] {
         [
             &self.workload_provider_config,
@@ -190,6 +195,14 @@ fn write_canonical(v: &serde_json::Value, out: &mut String) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_cluster_name_leads_back_to_its_metalcluster() {
+        let n = Names::new("lab-cluster");
+        assert_eq!(Names::xr_of_cluster(&n.cluster), Some("lab-cluster"));
+        assert_eq!(Names::xr_of_cluster("-cluster"), None);
+        assert_eq!(Names::xr_of_cluster("hand-made"), None);
+    }
 
     #[test]
     fn content_names_change_exactly_with_the_content() {

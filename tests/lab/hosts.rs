@@ -2,10 +2,16 @@
 
 use super::*;
 
-/// A claimed host that fails: BMO (demo mode) cannot find the host's BMC
-/// secret, reports a registration error and retries. The XR says so in its
-/// phase and HostHealthy condition with BMO's words and count, one Warning
-/// event however many reconciles pass, and recovers when the host does.
+/// How long after its host the XR may show a host's error or recovery, at
+/// Ready too: the TTL once Ready is 10 minutes, so only the WatchOperation's
+/// annotation on the owner (function/src/operate/nudge.rs) can meet it.
+pub(crate) const STATUS_LAG_BOUND: f64 = 5.0;
+
+/// A claimed host that fails after Ready: BMO (demo mode) cannot find the
+/// host's BMC secret, reports a registration error and retries. The XR says
+/// so within seconds of the host in its phase and HostHealthy condition with
+/// BMO's words and count, one Warning event however many reconciles pass,
+/// and recovers when the host does, within seconds of it too.
 pub(crate) fn host_error(lab: &Lab) -> Outcome {
     let host = get(lab, "baremetalhost", HOST).ok_or("host r730 missing")?;
     let secret = str_at(&host, "/spec/bmc/credentialsName").to_string();
@@ -27,8 +33,15 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
     };
     set_secret("r730-bmc-missing")?;
     let t = Instant::now();
+    let mut host_at = None;
     let mut shown = 0.0;
     wait("the XR in phase HostError with BMO's error", 120, || {
+        // The host first: what it shows before this poll, the XR must show
+        // within STATUS_LAG_BOUND.
+        let h = get(lab, "baremetalhost", HOST).unwrap_or(Value::Null);
+        if host_at.is_none() && str_at(&h, "/status/errorType") == "registration error" {
+            host_at = Some(t.elapsed().as_secs_f64());
+        }
         let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
         let (status, reason, msg) = xr_condition(&x, "HostHealthy");
         let ok = str_at(&x, "/status/phase") == "HostError"
@@ -44,10 +57,28 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
         ok
     })?;
     let x = get(lab, "metalcluster", XR).ok_or("r730 missing")?;
+    let lag = shown - host_at.unwrap_or(shown);
     println!(
-        "  host error shown in {shown:.1} s: {}",
+        "  host error on the host at {:.1} s, in the XR at {shown:.1} s (lag {lag:.1} s): {}",
+        host_at.unwrap_or(shown),
         xr_condition(&x, "HostHealthy").2
     );
+    check(lag <= STATUS_LAG_BOUND, || {
+        format!(
+            "the XR showed the host's error {lag:.1} s after the host (bound {STATUS_LAG_BOUND} s): \
+             the WatchOperation's annotation on the owner did not make it reconcile"
+        )
+    })?;
+    check(
+        str_at(&x, "/metadata/annotations/metal.kube.farm~1host-observed")
+            .contains("registration error"),
+        || {
+            format!(
+                "no host-observed annotation on the XR: {:?}",
+                x.pointer("/metadata/annotations")
+            )
+        },
+    )?;
     // BMO retries and counts; the XR follows the count, events do not.
     let count = |lab: &Lab| {
         get(lab, "baremetalhost", HOST)
@@ -70,17 +101,34 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
     })?;
     set_secret(&secret)?;
     let t = Instant::now();
+    let mut host_at = None;
+    let mut cleared = None;
     wait("the XR Ready again, HostHealthy True", 180, || {
+        let h = get(lab, "baremetalhost", HOST).unwrap_or(Value::Null);
+        if host_at.is_none() && h.pointer("/status/errorType").is_none() {
+            host_at = Some(t.elapsed().as_secs_f64());
+        }
         let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
+        if cleared.is_none() && x.pointer("/status/host/errorType").is_none() {
+            cleared = Some(t.elapsed().as_secs_f64());
+        }
         str_at(&x, "/status/phase") == "Ready"
             && xr_condition(&x, "HostHealthy").0 == "True"
             && x.pointer("/status/host/errorType").is_none()
     })?;
+    let ready = t.elapsed().as_secs_f64();
+    let (host_at, cleared) = (host_at.unwrap_or(ready), cleared.unwrap_or(ready));
+    let lag = cleared - host_at;
     println!(
-        "  host recovered; XR Ready again in {:.1} s; BMO retried {} times; {warnings} Warning event(s), none for the retries",
-        t.elapsed().as_secs_f64(),
+        "  host recovered at {host_at:.1} s, the XR's host error cleared at {cleared:.1} s (lag {lag:.1} s), \
+         XR Ready again at {ready:.1} s; BMO retried {} times; {warnings} Warning event(s), none for the retries",
         count(lab).max(first)
     );
+    check(lag <= STATUS_LAG_BOUND, || {
+        format!(
+            "the XR cleared the host's error {lag:.1} s after the host (bound {STATUS_LAG_BOUND} s)"
+        )
+    })?;
     Ok(())
 }
 

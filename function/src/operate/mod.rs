@@ -5,6 +5,7 @@ pub mod bmc;
 pub mod decide;
 pub mod input;
 pub mod jobs;
+pub mod nudge;
 
 use std::collections::HashMap;
 
@@ -67,6 +68,35 @@ fn job_image(
     request::get_required_resources(req, FUNCTION_REQUIREMENT)
         .and_then(|fs| fs.iter().find_map(input::installed_image))
         .unwrap_or_else(input::published_image)
+}
+
+/// Tells the MetalCluster that claimed the host that what it shows of the
+/// host changed (`nudge`): the owner is read as a required resource and
+/// annotated only when its annotation differs. Independent of `dryRun`,
+/// which governs remediation: this only refreshes a status. Returns the
+/// owner annotated, as `namespace/name`.
+fn owner_nudge(
+    req: &RunFunctionRequest,
+    rsp: &mut RunFunctionResponse,
+    bmh: &Value,
+) -> Option<String> {
+    let (ns, xr) = nudge::owner(bmh)?;
+    response::require_resources(
+        rsp,
+        nudge::OWNER_REQUIREMENT,
+        crate::spec::API_VERSION,
+        crate::spec::KIND,
+        Some(ResourceMatch::Name(xr.to_string())),
+        Some(ns.to_string()),
+    );
+    let owner = request::get_required_resources(req, nudge::OWNER_REQUIREMENT)?
+        .into_iter()
+        .next()?;
+    let Value::Object(map) = nudge::patch(&owner, bmh)? else {
+        return None;
+    };
+    response::desired_composed(rsp, nudge::OWNER_NUDGE).resource = Some(json_to_struct(&map));
+    Some(format!("{ns}/{xr}"))
 }
 
 /// Whether a request is an operation run (it carries a watched resource).
@@ -185,10 +215,14 @@ pub fn operate(req: &RunFunctionRequest) -> RunFunctionResponse {
     {
         response::desired_composed(&mut rsp, HOST_RECORD).resource = Some(json_to_struct(&map));
     }
+    let nudged = owner_nudge(req, &mut rsp, &bmh);
     if decision.exhausted {
         response::warning(&mut rsp, decision.reason.clone());
     }
-    let out = output(&decision, input.dry_run, &input.image);
+    let mut out = output(&decision, input.dry_run, &input.image);
+    if let (Some(owner), Value::Object(m)) = (nudged, &mut out) {
+        m.insert("ownerNudged".into(), json!(owner));
+    }
     // A JSON object always converts; the error arm cannot happen.
     let _ = response::set_output(&mut rsp, &out);
     tracing::info!(host = %out["host"], action = %out["action"], "operation decided");

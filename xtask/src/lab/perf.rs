@@ -19,6 +19,9 @@ use serde_json::{Value, json};
 use super::kube::str_at;
 use super::{Lab, LabError, hosts, procs};
 
+mod by_hand;
+mod lag;
+
 const NS: &str = super::INVENTORY_NAMESPACE;
 /// The XR, its hosts and every kind the built-in example composes.
 const WATCHED: [&str; 11] = [
@@ -35,16 +38,23 @@ const WATCHED: [&str; 11] = [
     "usages.protection.crossplane.io",
 ];
 const POOL: &str = "perf";
-/// Processes whose CPU the steady-state windows report.
-const PROCS: [&str; 8] = [
+/// Processes whose CPU the steady-state windows report: every controller
+/// and server a MetalCluster makes work.
+const PROCS: [&str; 14] = [
+    "etcd",
     "kube-apiserver",
+    "kube-controller-manager",
     "crossplane",
     "function",
     "capi",
     "kcp",
+    "cabpk",
     "capm3",
-    "provider-helm",
+    "ipam",
     "bmo",
+    "provider-helm",
+    "provider-kubernetes",
+    "crossplane-rbac-manager",
 ];
 
 pub struct Options {
@@ -142,6 +152,8 @@ fn sum(series: &Series, name: &str, want: &[(&str, &str)]) -> f64 {
 /// Everything one window needs at its start and end.
 struct Sample {
     at: Instant,
+    /// etcd's database as the API server reports it (bytes).
+    etcd_bytes: f64,
     api: Series,
     crossplane: Series,
     function: Series,
@@ -158,6 +170,7 @@ fn sample(lab: &Lab) -> Result<Sample, LabError> {
         .collect();
     Ok(Sample {
         at: Instant::now(),
+        etcd_bytes: sum(&api, "apiserver_storage_size_bytes", &[]),
         api,
         crossplane,
         function,
@@ -174,6 +187,8 @@ type Metric = (&'static str, Box<dyn Fn(&Window) -> f64>);
 /// Per-minute rates between two samples.
 struct Window {
     minutes: f64,
+    /// etcd's database at the window's end (bytes).
+    etcd_bytes: f64,
     requests: f64,
     writes: f64,
     writes_by_resource: BTreeMap<String, f64>,
@@ -257,6 +272,7 @@ fn window(a: &Sample, b: &Sample) -> Window {
     };
     Window {
         minutes,
+        etcd_bytes: b.etcd_bytes,
         requests: rate(req(&a.api, &all), req(&b.api, &all)),
         writes: rate(req(&a.api, &WRITES), req(&b.api, &WRITES)),
         writes_by_resource,
@@ -282,8 +298,10 @@ struct Event {
     kind: String,
     name: String,
     changed: Vec<String>,
-    /// A BareMetalHost's provisioning state, or the XR's status.host one.
-    host_state: Option<String>,
+    /// What the XR shows of a host (`lag::host_view`), from either side.
+    host_view: Option<String>,
+    /// The XR's phase (XR events only).
+    phase: Option<String>,
     /// The BareMetalHost's consumer (its Metal3Machine), if any.
     consumer: Option<String>,
 }
@@ -410,13 +428,11 @@ impl Watches {
                     if let Some(prev) = last.get(&name) {
                         changed_paths(prev, obj, "", 0, &mut changed);
                     }
-                    let host_state = [
-                        "/status/provisioning/state",
-                        "/status/host/provisioningState",
-                    ]
-                    .iter()
-                    .find_map(|p| obj.pointer(p).and_then(Value::as_str))
-                    .map(str::to_string);
+                    let host_view = lag::host_view(obj);
+                    let phase = obj
+                        .pointer("/status/phase")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
                     let consumer = obj
                         .pointer("/spec/consumerRef/name")
                         .and_then(Value::as_str)
@@ -426,7 +442,8 @@ impl Watches {
                         kind: kind.clone(),
                         name: name.clone(),
                         changed,
-                        host_state,
+                        host_view,
+                        phase,
                         consumer,
                     };
                     last.insert(name, obj.clone());
@@ -479,61 +496,6 @@ fn all_ready(lab: &Lab, n: usize) -> bool {
     ready >= n
 }
 
-/// A row of state changes: when the host showed each state, when the XR did.
-struct Lag {
-    state: String,
-    host_at: f64,
-    xr_at: Option<f64>,
-}
-
-/// The first event of a host whose consumer is one of `xr`'s machines at
-/// or after `from`: when, and which host, the XR's cluster claimed.
-fn claim_event<'a>(events: &'a [Event], xr: &str, from: f64) -> Option<&'a Event> {
-    let prefix = format!("{xr}-cluster-");
-    events.iter().find(|e| {
-        e.t >= from
-            && e.kind.starts_with("baremetalhosts")
-            && e.consumer
-                .as_deref()
-                .is_some_and(|c| c.starts_with(&prefix))
-    })
-}
-
-fn lags(events: &[Event], xr: &str, from: f64) -> Vec<Lag> {
-    let Some(host) = claim_event(events, xr, from).map(|e| e.name.clone()) else {
-        return vec![];
-    };
-    let mut out: Vec<Lag> = Vec::new();
-    let mut last = None;
-    for e in events
-        .iter()
-        .filter(|e| e.t >= from && e.kind.starts_with("baremetalhosts") && e.name == host)
-    {
-        if e.host_state != last {
-            last = e.host_state.clone();
-            if let Some(s) = &e.host_state {
-                out.push(Lag {
-                    state: s.clone(),
-                    host_at: e.t,
-                    xr_at: None,
-                });
-            }
-        }
-    }
-    for l in &mut out {
-        l.xr_at = events
-            .iter()
-            .find(|e| {
-                e.kind.starts_with("metalclusters")
-                    && e.name == xr
-                    && e.t >= l.host_at
-                    && e.host_state.as_deref() == Some(&l.state)
-            })
-            .map(|e| e.t);
-    }
-    out
-}
-
 /// Watch events per object kind in [from, to), and the most frequent
 /// changed paths of each.
 fn events_by_kind(
@@ -583,6 +545,117 @@ fn events_table(events: &[Event], from: f64, to: f64, per: usize, rate: bool) ->
     md
 }
 
+/// The claimed host of each perf MetalCluster: (XR, host, BMC secret).
+fn claimed_hosts(lab: &Lab, n: usize) -> Vec<(String, String, String)> {
+    let hosts = lab.kube.list("baremetalhost", Some(NS));
+    (1..=n)
+        .filter_map(|i| {
+            let xr = xr_name(i);
+            let prefix = format!("{xr}-cluster-");
+            let h = hosts
+                .iter()
+                .find(|h| str_at(h, "/spec/consumerRef/name").starts_with(&prefix))?;
+            Some((
+                xr,
+                str_at(h, "/metadata/name").to_string(),
+                str_at(h, "/spec/bmc/credentialsName").to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn set_bmc_secret(lab: &Lab, host: &str, secret: &str) -> Result<(), LabError> {
+    let patch = json!({"spec": {"bmc": {"credentialsName": secret}}}).to_string();
+    lab.kube
+        .run(&[
+            "patch",
+            "baremetalhost",
+            host,
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            &patch,
+        ])
+        .map(|_| ())
+}
+
+fn count_in_phase(lab: &Lab, phase: &str) -> usize {
+    lab.kube
+        .list("metalcluster", Some(NS))
+        .iter()
+        .filter(|x| {
+            str_at(x, "/metadata/name").starts_with("perf-") && str_at(x, "/status/phase") == phase
+        })
+        .count()
+}
+
+/// Transitions at Ready: every claimed host loses its BMC secret (BMO
+/// reports a registration error, as in scenario host-error), then gets it
+/// back. Returns the seconds until all XRs showed HostError, and until all
+/// were Ready again.
+fn host_errors(lab: &Lab, n: usize) -> Result<(f64, f64), LabError> {
+    let claimed = claimed_hosts(lab, n);
+    if claimed.len() < n {
+        return Err(LabError::new(format!(
+            "{} of {n} perf MetalClusters have a claimed host",
+            claimed.len()
+        )));
+    }
+    for (_, host, secret) in &claimed {
+        set_bmc_secret(lab, host, &format!("{secret}-missing"))?;
+    }
+    let errors = wait(
+        &format!("{n} MetalClusters in HostError"),
+        Duration::from_secs(300 + 3 * n as u64),
+        || count_in_phase(lab, "HostError") >= n,
+    );
+    // The secrets come back whatever happened.
+    for (_, host, secret) in &claimed {
+        set_bmc_secret(lab, host, secret)?;
+    }
+    let errors = errors?;
+    let back = wait(
+        &format!("{n} MetalClusters Ready again"),
+        Duration::from_secs(300 + 6 * n as u64),
+        || all_ready(lab, n),
+    )?;
+    Ok((errors, back))
+}
+
+/// Deletes every perf MetalCluster and waits until all are gone and their
+/// hosts `available` again (powered off, unclaimed).
+fn delete_all(lab: &Lab, n: usize) -> Result<f64, LabError> {
+    let names: Vec<String> = (1..=n).map(xr_name).collect();
+    let mut args = vec!["delete", "metalcluster", "-n", NS, "--wait=false"];
+    args.extend(names.iter().map(String::as_str));
+    lab.kube.run(&args)?;
+    wait(
+        &format!("{n} MetalClusters gone, their hosts available"),
+        Duration::from_secs(600 + 10 * n as u64),
+        || {
+            let left = lab
+                .kube
+                .list("metalcluster", Some(NS))
+                .iter()
+                .filter(|x| str_at(x, "/metadata/name").starts_with("perf-"))
+                .count();
+            let at_rest = lab
+                .kube
+                .list("baremetalhost", Some(NS))
+                .iter()
+                .filter(|h| {
+                    str_at(h, "/metadata/labels/metal.kube.farm~1pool") == POOL
+                        && str_at(h, "/status/provisioning/state") == "available"
+                        && h.pointer("/spec/consumerRef").is_none()
+                        && h.pointer("/status/poweredOn").and_then(Value::as_bool) != Some(true)
+                })
+                .count();
+            left == 0 && at_rest >= n
+        },
+    )
+}
+
 pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     if !lab.kube.ready() {
         return Err(LabError::new("the lab is not up (cargo xtask lab up)"));
@@ -593,12 +666,34 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     let mut docs = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})];
     docs.extend(hosts::docs(NS, POOL, "eno1", n, 0x40));
     lab.kube.apply(&docs)?;
-    wait("perf hosts available", Duration::from_secs(300), || {
-        super::observe::hosts_in_state(lab, NS, POOL, "available") >= n
-    })?;
+    wait(
+        "perf hosts available",
+        Duration::from_secs(300 + 5 * n as u64),
+        || super::observe::hosts_in_state(lab, NS, POOL, "available") >= n,
+    )?;
 
     super::progress("perf: baseline window (no MetalCluster of ours)");
     let base = measure(lab, opts.window)?;
+
+    // The peer: the same graph by hand, on a host of the same pool.
+    super::progress("perf: the example's graph as hand-written manifests (kubectl apply)");
+    let mut hand_xr = perf_xr(0)?;
+    hand_xr["metadata"]["name"] = json!(by_hand::NAME);
+    hand_xr["spec"]["network"]["nodeIP"] = json!("192.168.120.99");
+    let graph = by_hand::manifests(&hand_xr, &lab.kube.list("baremetalhost", Some(NS)))?;
+    let before = sample(lab)?;
+    let hand = by_hand::bring_up(lab, &graph, Duration::from_secs(600))?;
+    let hand_w = window(&before, &sample(lab)?);
+    super::progress(&format!(
+        "perf: by hand: {} objects ready in {:.1} s; deleting them",
+        hand.objects, hand.ready_s
+    ));
+    by_hand::tear_down(lab, &graph)?;
+    wait(
+        "perf hosts available again",
+        Duration::from_secs(300 + 5 * n as u64),
+        || super::observe::hosts_in_state(lab, NS, POOL, "available") >= n,
+    )?;
 
     // One MetalCluster, watched from its apply.
     let watches = Watches::start(lab, &WATCHED)?;
@@ -614,11 +709,11 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     let bringup = window(&before, &sample(lab)?);
     let ready_at = watches.now();
     let evs = watches.snapshot();
-    let lag = lags(&evs, &xr1, applied);
-    let claimed = claim_event(&evs, &xr1, applied).map(|e| e.t - applied);
-    let provisioned = lag
+    let lag1 = lag::lags(&evs, &xr1, applied);
+    let claimed = lag::claim_event(&evs, &xr1, applied).map(|e| e.t - applied);
+    let provisioned = lag1
         .iter()
-        .find(|l| l.state == "provisioned")
+        .find(|l| l.view.starts_with("provisioned"))
         .map(|l| l.host_at - applied);
 
     // Steady state with one.
@@ -639,7 +734,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         lab.kube.apply(&docs)?;
         wait(
             &format!("{n} MetalClusters Ready"),
-            Duration::from_secs(900),
+            Duration::from_secs(900 + 15 * n as u64),
             || all_ready(lab, n),
         )?;
         ready_n = Some(t.elapsed().as_secs_f64());
@@ -649,8 +744,24 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         wn = Some(measure(lab, opts.window)?);
         wn_span = (from, watches.now());
     }
+
+    // Transitions at Ready, each XR's host failing and recovering.
+    super::progress(&format!(
+        "perf: a host error on each of the {n} MetalClusters' hosts, then its recovery"
+    ));
+    let (errors_shown, ready_again) = host_errors(lab, n)?;
+    std::thread::sleep(Duration::from_secs(5));
     let evs = watches.snapshot();
     drop(watches);
+    let all_lags: Vec<lag::Lag> = (1..=n)
+        .flat_map(|i| lag::lags(&evs, &xr_name(i), applied))
+        .collect();
+
+    // Deletion of all.
+    super::progress(&format!("perf: deleting the {n} perf MetalClusters"));
+    let deleted = delete_all(lab, n)?;
+    std::thread::sleep(Duration::from_secs(5));
+    let after = sample(lab)?;
 
     // Report.
     use std::fmt::Write as _;
@@ -660,19 +771,16 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         "Lab: the processes of `cargo xtask lab up` on this machine (BMO in demo mode: provisioning is instant, the rest is the real controllers). Windows of {:.0} s; per MetalCluster = (window - baseline) / count.\n",
         opts.window.as_secs_f64()
     );
+    let _ = writeln!(md, "### Time from apply\n");
     let _ = writeln!(
         md,
-        "### Time from apply (one MetalCluster, the built-in example)\n"
-    );
-    let _ = writeln!(
-        md,
-        "| host claimed | host provisioned | Ready | {} more Ready |",
+        "| host claimed (1) | host provisioned (1) | Ready (1) | {} more Ready | {n} host errors shown | {n} Ready again | {n} deleted, hosts available |",
         n - 1
     );
-    let _ = writeln!(md, "|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         md,
-        "| {} | {} | {:.1} s | {} |\n",
+        "| {} | {} | {:.1} s | {} | {errors_shown:.1} s | {ready_again:.1} s | {deleted:.1} s |\n",
         f1(claimed),
         f1(provisioned),
         ready_1,
@@ -680,24 +788,86 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     );
     let _ = writeln!(
         md,
-        "### Status lag: a host state change until the XR shows it (target <= 5 s)\n"
+        "### Overhead against hand-written manifests (the same graph, one single node each, one after the other)\n"
     );
-    let _ = writeln!(md, "| host state | host at | XR at | lag |");
-    let _ = writeln!(md, "|---|---:|---:|---:|");
-    for l in &lag {
+    let _ = writeln!(
+        md,
+        "By hand: the function's final graph for the built-in example ({} objects, Usages left out), `kubectl apply`'d at once; ready when every object is, by the readiness the function reports. MetalPlane: the MetalCluster from apply to phase Ready.\n",
+        hand.objects
+    );
+    let total = |w: &Window, f: &dyn Fn(&Window) -> f64| f(w) * w.minutes;
+    let cpu_of = |w: &Window, ps: &[&str]| {
+        ps.iter()
+            .map(|p| w.cpu_ms.get(p).copied().unwrap_or(0.0))
+            .sum::<f64>()
+    };
+    let _ = writeln!(
+        md,
+        "| | to Ready | API requests | of them writes | CPU, all listed | of it Crossplane + function | of it CAPI, KCP, CABPK, CAPM3, IPAM, BMO |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
+    let ours = ["crossplane", "function"];
+    let theirs = ["capi", "kcp", "cabpk", "capm3", "ipam", "bmo"];
+    for (label, w, secs) in [
+        ("by hand", &hand_w, hand.ready_s),
+        ("MetalCluster", &bringup, ready_1),
+    ] {
         let _ = writeln!(
             md,
-            "| {} | {:.1} s | {} | {} |",
-            l.state,
+            "| {label} | {secs:.1} s | {:.0} | {:.0} | {:.0} ms | {:.0} ms | {:.0} ms |",
+            total(w, &|w| w.requests),
+            total(w, &|w| w.writes),
+            total(w, &|w| w.cpu_ms.values().sum()),
+            total(w, &|w| cpu_of(w, &ours)),
+            total(w, &|w| cpu_of(w, &theirs)),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nMetalPlane's time to Ready / by hand: {:.2}.\n",
+        ready_1 / hand.ready_s.max(1e-9)
+    );
+    let _ = writeln!(
+        md,
+        "### Status lag: a claimed host's change until the XR shows it (target <= 5 s p95 in every phase)\n"
+    );
+    let _ = writeln!(
+        md,
+        "{n} MetalClusters, from each claim to the recovery of the host error injected at Ready; the phase is the XR's when the host changed. Passed: the host changed again before any reconcile could show it.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| XR phase | transitions shown | p50 | p95 | max | passed | never shown |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
+    for (phase, st) in lag::by_phase(&all_lags) {
+        let _ = writeln!(
+            md,
+            "| {phase} | {} | {:.2} s | {:.2} s | {:.2} s | {} | {} |",
+            st.shown, st.p50, st.p95, st.max, st.passed, st.never
+        );
+    }
+    let _ = writeln!(md, "\nThe first MetalCluster's host, change by change:\n");
+    let _ = writeln!(md, "| host shows | XR phase | host at | XR at | lag |");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|");
+    for l in all_lags.iter().filter(|l| l.xr == xr1) {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} s | {} | {} |",
+            l.view,
+            l.phase,
             l.host_at - applied,
-            l.xr_at
-                .map_or("never (passed)".into(), |t| format!("{:.1} s", t - applied)),
-            l.xr_at
-                .map_or("-".into(), |t| format!("{:.1} s", t - l.host_at)),
+            match (l.xr_at, l.passed) {
+                (Some(t), _) => format!("{:.1} s", t - applied),
+                (None, true) => "passed".into(),
+                (None, false) => "never".into(),
+            },
+            l.lag().map_or("-".into(), |d| format!("{d:.1} s")),
         );
     }
     let per =
         |w: &Window, f: &dyn Fn(&Window) -> f64, count: usize| (f(w) - f(&base)) / count as f64;
+    let cpu_total = |w: &Window| w.cpu_ms.values().sum::<f64>();
     let mut rows: Vec<Metric> = vec![
         ("API requests/min", Box::new(|w: &Window| w.requests)),
         ("of them writes/min", Box::new(|w: &Window| w.writes)),
@@ -711,6 +881,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
             Box::new(|w: &Window| w.breaker.get("Dropped").copied().unwrap_or(0.0)),
         ),
         ("function calls/min", Box::new(|w: &Window| w.calls)),
+        ("CPU of all listed, ms/min", Box::new(cpu_total)),
     ];
     for p in PROCS {
         rows.push((
@@ -741,9 +912,29 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
                 .map_or("-".into(), |w| format!("{:.1}", per(w, f.as_ref(), n))),
         );
     }
+    let share = |w: &Window| {
+        100.0 * w.cpu_ms.get("function").copied().unwrap_or(0.0) / cpu_total(w).max(1e-9)
+    };
+    let mib = |b: f64| b / (1024.0 * 1024.0);
     let _ = writeln!(
         md,
-        "\nCircuit breaker opens on MetalClusters: {:.0} (1 XR window), {} ({n} XRs window).",
+        "\nThe function's share of that CPU: {:.1}% (1 XR), {} ({n} XRs).",
+        share(&one),
+        wn.as_ref()
+            .map_or("-".into(), |w| format!("{:.1}%", share(w)))
+    );
+    let _ = writeln!(
+        md,
+        "etcd's database (API server's apiserver_storage_size_bytes): {:.1} MiB at baseline, {:.1} MiB with 1, {} with {n}, {:.1} MiB after deleting all (etcd does not compact in the lab: the size only grows).",
+        mib(base.etcd_bytes),
+        mib(one.etcd_bytes),
+        wn.as_ref()
+            .map_or("-".into(), |w| format!("{:.1} MiB", mib(w.etcd_bytes))),
+        mib(after.etcd_bytes),
+    );
+    let _ = writeln!(
+        md,
+        "Circuit breaker opens on MetalClusters: {:.0} (1 XR window), {} ({n} XRs window).",
         one.breaker_opens,
         wn.as_ref()
             .map_or("-".into(), |w| format!("{:.0}", w.breaker_opens))
@@ -787,13 +978,6 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
             let _ = writeln!(md, "| {k} | {:.2} | {b:.2} |", (v - b) / count as f64);
         }
     }
-    let _ = w.minutes;
-
-    super::progress("perf: deleting the perf MetalClusters");
-    let names: Vec<String> = (1..=n).map(xr_name).collect();
-    let mut args = vec!["delete", "metalcluster", "-n", NS, "--wait=false"];
-    args.extend(names.iter().map(String::as_str));
-    let _ = lab.kube.run(&args);
     Ok(md)
 }
 
@@ -826,39 +1010,5 @@ mod tests {
             out,
             vec!["managedFields[crossplane/Apply]", "status.lastUpdated"]
         );
-    }
-
-    #[test]
-    fn lag_pairs_host_states_with_the_xr() {
-        let ev = |t: f64, kind: &str, name: &str, state: &str, consumer: Option<&str>| Event {
-            t,
-            kind: kind.into(),
-            name: name.into(),
-            changed: vec![],
-            host_state: Some(state.into()),
-            consumer: consumer.map(str::to_string),
-        };
-        let events = vec![
-            ev(
-                1.0,
-                "baremetalhosts.metal3.io",
-                "h1",
-                "available",
-                Some("x-cluster-abc"),
-            ),
-            ev(2.0, "metalclusters.metal.kube.farm", "x", "available", None),
-            ev(
-                3.0,
-                "baremetalhosts.metal3.io",
-                "h1",
-                "provisioned",
-                Some("x-cluster-abc"),
-            ),
-        ];
-        let l = lags(&events, "x", 0.0);
-        assert_eq!(l.len(), 2);
-        assert_eq!(l[0].xr_at, Some(2.0));
-        assert_eq!(l[1].state, "provisioned");
-        assert_eq!(l[1].xr_at, None);
     }
 }
