@@ -655,7 +655,7 @@ fn a_claimed_hosts_change_reaches_its_metalcluster_once() {
     // Crossplane runs the operation again for the same host with nothing
     // new: the owner already shows it, so nothing is written.
     let shown = owner(Some("r730: provisioned, power on, OK"));
-    let (out, applied, _) = run_all(&claimed("provisioned"), None, &[shown.clone()]);
+    let (out, applied, _) = run_all(&claimed("provisioned"), None, std::slice::from_ref(&shown));
     assert_eq!(nudge_of(&applied), None);
     assert_eq!(out.get("ownerNudged"), None);
 
