@@ -585,5 +585,18 @@ fn the_next_look_comes_sooner_while_a_host_moves() {
     assert_eq!(ttl(&[claimed("provisioned")]), Some(3), "bootstrapping");
     let mut failing = claimed("provisioning");
     failing["status"]["errorMessage"] = json!("boom");
-    assert_eq!(ttl(&[failing]), Some(30), "BMO retries on its own schedule");
+    assert_eq!(
+        ttl(&[failing.clone()]),
+        Some(30),
+        "BMO retries on its own schedule"
+    );
+
+    // Crossplane's circuit breaker drops the XR's watch events (the host's
+    // annotation among them): the XR polls, whatever the phase.
+    let mut dropping = xr.clone();
+    dropping["status"]["conditions"] = json!([{"type": "Responsive", "status": "False",
+        "reason": "WatchCircuitOpen", "lastTransitionTime": "2026-12-07T00:00:00Z"}]);
+    let polled = |hosts: &[Value]| ttl_of(&compose(&request(&dropping, &empty, Some(hosts))));
+    assert_eq!(polled(&[]), Some(3));
+    assert_eq!(polled(&[failing]), Some(3));
 }

@@ -23,6 +23,24 @@ pub fn condition_is_true(obj: &Value, typ: &str) -> bool {
         })
 }
 
+/// Crossplane's condition on an XR saying whether it acts on the XR's watch
+/// events: `False` (reason `WatchCircuitOpen`) while its circuit breaker
+/// drops them (for 5 minutes after a burst, one let through every 30 s).
+pub const RESPONSIVE: &str = "Responsive";
+
+/// Whether Crossplane is dropping the XR's watch events, the owner
+/// annotation an operation writes (operate::nudge) among them.
+pub fn watch_events_dropped(xr: &Value) -> bool {
+    xr.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some(RESPONSIVE)
+                    && c.get("status").and_then(Value::as_str) == Some("False")
+            })
+        })
+}
+
 /// The condition that makes a composed resource ready, if it needs one.
 /// Everything else is ready as soon as it exists.
 pub fn readiness_condition(resource_name: &str) -> Option<&'static str> {

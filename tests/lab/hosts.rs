@@ -31,10 +31,28 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
             .map(|_| ())
             .map_err(|e| e.to_string())
     };
+    // Crossplane's circuit breaker opened during the bring-up and drops the
+    // XR's watch events for 5 minutes; meanwhile the XR polls (3 s). Wait
+    // until it acts on events again, so what is checked is the event path
+    // (the owner annotation), the XR's next poll being 10 minutes away.
+    let t = Instant::now();
+    wait(
+        "Crossplane acting on the XR's watch events (Responsive)",
+        360,
+        || {
+            let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
+            xr_condition(&x, "Responsive").0 == "True"
+        },
+    )?;
+    println!(
+        "  the XR's watch circuit closed after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     set_secret("r730-bmc-missing")?;
     let t = Instant::now();
     let mut host_at = None;
     let mut shown = 0.0;
+    let mut dropped = false;
     wait("the XR in phase HostError with BMO's error", 120, || {
         // The host first: what it shows before this poll, the XR must show
         // within STATUS_LAG_BOUND.
@@ -43,6 +61,7 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
             host_at = Some(t.elapsed().as_secs_f64());
         }
         let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
+        dropped |= xr_condition(&x, "Responsive").0 == "False";
         let (status, reason, msg) = xr_condition(&x, "HostHealthy");
         let ok = str_at(&x, "/status/phase") == "HostError"
             && status == "False"
@@ -68,6 +87,11 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
             "the XR showed the host's error {lag:.1} s after the host (bound {STATUS_LAG_BOUND} s): \
              the WatchOperation's annotation on the owner did not make it reconcile"
         )
+    })?;
+    check(!dropped, || {
+        "Crossplane dropped the XR's watch events while the error was on its way: \
+         not the event path that was checked"
+            .to_string()
     })?;
     check(
         str_at(&x, "/metadata/annotations/metal.kube.farm~1host-observed")

@@ -580,6 +580,28 @@ fn set_bmc_secret(lab: &Lab, host: &str, secret: &str) -> Result<(), LabError> {
         .map(|_| ())
 }
 
+/// Waits until Crossplane acts on every perf XR's watch events again: its
+/// circuit breaker opens during a bring-up for 5 minutes, and meanwhile the
+/// function polls every 3 s, which is not the steady state.
+fn settle(lab: &Lab, n: usize) -> Result<f64, LabError> {
+    std::thread::sleep(Duration::from_secs(30));
+    wait(
+        &format!("{n} MetalClusters Responsive (watch circuits closed)"),
+        Duration::from_secs(420),
+        || {
+            lab.kube
+                .list("metalcluster", Some(NS))
+                .iter()
+                .filter(|x| {
+                    str_at(x, "/metadata/name").starts_with("perf-")
+                        && super::kube::condition(x, "Responsive").as_deref() == Some("True")
+                })
+                .count()
+                >= n
+        },
+    )
+}
+
 fn count_in_phase(lab: &Lab, phase: &str) -> usize {
     lab.kube
         .list("metalcluster", Some(NS))
@@ -718,7 +740,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
 
     // Steady state with one.
     super::progress("perf: settling, then the 1-MetalCluster window");
-    std::thread::sleep(Duration::from_secs(30));
+    settle(lab, 1)?;
     let w1_from = watches.now();
     let one = measure(lab, opts.window)?;
     let w1_to = watches.now();
@@ -739,7 +761,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         )?;
         ready_n = Some(t.elapsed().as_secs_f64());
         super::progress(&format!("perf: settling, then the {n}-MetalCluster window"));
-        std::thread::sleep(Duration::from_secs(30));
+        settle(lab, n)?;
         let from = watches.now();
         wn = Some(measure(lab, opts.window)?);
         wn_span = (from, watches.now());
