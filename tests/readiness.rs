@@ -591,12 +591,22 @@ fn the_next_look_comes_sooner_while_a_host_moves() {
         "BMO retries on its own schedule"
     );
 
-    // Crossplane's circuit breaker drops the XR's watch events (the host's
-    // annotation among them): the XR polls, whatever the phase.
+    // Crossplane's circuit breaker opened at midnight and drops the XR's
+    // watch events (the host's annotation among them) for its 5 minute
+    // cooldown: meanwhile the XR polls, whatever the phase. Later the first
+    // event closes it, though the condition still says False.
+    let midnight = 1_796_601_600; // 2026-12-07T00:00:00Z
     let mut dropping = xr.clone();
     dropping["status"]["conditions"] = json!([{"type": "Responsive", "status": "False",
         "reason": "WatchCircuitOpen", "lastTransitionTime": "2026-12-07T00:00:00Z"}]);
-    let polled = |hosts: &[Value]| ttl_of(&compose(&request(&dropping, &empty, Some(hosts))));
-    assert_eq!(polled(&[]), Some(3));
-    assert_eq!(polled(&[failing]), Some(3));
+    let at = |hosts: &[Value], now: i64| {
+        ttl_of(&metalplane::compose::compose_at(
+            &request(&dropping, &empty, Some(hosts)),
+            now,
+        ))
+    };
+    assert_eq!(at(&[], midnight + 60), Some(3));
+    assert_eq!(at(std::slice::from_ref(&failing), midnight + 320), Some(3));
+    assert_eq!(at(&[], midnight + 331), Some(30), "the cooldown is over");
+    assert_eq!(at(&[failing], midnight + 3600), Some(30));
 }

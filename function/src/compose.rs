@@ -35,10 +35,10 @@ pub const BMH_KIND: &str = "BareMetalHost";
 /// while waiting on people (no host, a host in error); once settled, only
 /// as a backstop for what nothing watches (the Machines, read as required
 /// resources; a lost watch event), like CAPI's 10 minute sync period.
-/// While Crossplane's circuit breaker drops the XR's watch events (it opens
-/// during a bring-up and stays open 5 minutes), the host's annotation
-/// does not reach it either: then the XR looks again every 3 s whatever
-/// the phase, well under the breaker's 1 event/s refill.
+/// While Crossplane's circuit breaker may drop the XR's watch events (it
+/// opens during a bring-up and drops them for 5 minutes), the host's
+/// annotation may not reach it either: then the XR looks again every 3 s
+/// whatever the phase, well under the breaker's 1 event/s refill.
 pub const TTL_MOVING: Duration = Duration::from_secs(3);
 pub const TTL_WAITING: Duration = Duration::from_secs(30);
 pub const TTL_READY: Duration = Duration::from_secs(600);
@@ -342,7 +342,10 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
     let behind = rollout::distrust_stale_sets(&mc, &names, &mut observed, &machine_list);
     let observed = observed;
     let phase = status::phase(&mc, &observed, &pool, remediating, behind);
-    let mut rsp = response::to(req, ttl(phase, &pool, status::watch_events_dropped(&xr)));
+    let mut rsp = response::to(
+        req,
+        ttl(phase, &pool, status::watch_events_dropped(&xr, now)),
+    );
 
     // The cluster's Machines: who is being remediated, certificate expiry.
     response::require_resources(

@@ -24,21 +24,42 @@ pub fn condition_is_true(obj: &Value, typ: &str) -> bool {
 }
 
 /// Crossplane's condition on an XR saying whether it acts on the XR's watch
-/// events: `False` (reason `WatchCircuitOpen`) while its circuit breaker
-/// drops them (for 5 minutes after a burst, one let through every 30 s).
+/// events: `False` (reason `WatchCircuitOpen`) once its circuit breaker
+/// opened. The breaker drops events for its cooldown (5 minutes by
+/// default), one let through every 30 s; the first event after that closes
+/// it, but the condition says False until a reconcile sees it closed.
 pub const RESPONSIVE: &str = "Responsive";
 
-/// Whether Crossplane is dropping the XR's watch events, the owner
-/// annotation an operation writes (operate::nudge) among them.
-pub fn watch_events_dropped(xr: &Value) -> bool {
-    xr.pointer("/status/conditions")
+/// Crossplane's default `--circuit-breaker-cooldown`, plus one half-open
+/// interval: how long after the circuit opened events may be dropped.
+pub const CIRCUIT_DROPS_FOR_S: i64 = 300 + 30;
+
+/// Whether Crossplane may be dropping the XR's watch events at `now` (Unix
+/// seconds), the owner annotation an operation writes (operate::nudge)
+/// among them: its circuit opened less than `CIRCUIT_DROPS_FOR_S` ago.
+pub fn watch_events_dropped(xr: &Value, now: i64) -> bool {
+    let Some(c) = xr
+        .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.get("type").and_then(Value::as_str) == Some(RESPONSIVE)
-                    && c.get("status").and_then(Value::as_str) == Some("False")
-            })
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some(RESPONSIVE))
         })
+    else {
+        return false;
+    };
+    if c.get("status").and_then(Value::as_str) != Some("False") {
+        return false;
+    }
+    let opened = c
+        .get("lastTransitionTime")
+        .cloned()
+        .and_then(|t| {
+            serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>(t).ok()
+        })
+        .map(|t| t.0.as_second());
+    // Without a time, assume it closed: polling forever would be worse.
+    opened.is_some_and(|o| now - o < CIRCUIT_DROPS_FOR_S)
 }
 
 /// The condition that makes a composed resource ready, if it needs one.

@@ -7,6 +7,13 @@ use super::*;
 /// annotation on the owner (function/src/operate/nudge.rs) can meet it.
 pub(crate) const STATUS_LAG_BOUND: f64 = 5.0;
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
 /// A claimed host that fails after Ready: BMO (demo mode) cannot find the
 /// host's BMC secret, reports a registration error and retries. The XR says
 /// so within seconds of the host in its phase and HostHealthy condition with
@@ -32,20 +39,16 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
             .map_err(|e| e.to_string())
     };
     // Crossplane's circuit breaker opened during the bring-up and drops the
-    // XR's watch events for 5 minutes; meanwhile the XR polls (3 s). Wait
-    // until it acts on events again, so what is checked is the event path
-    // (the owner annotation), the XR's next poll being 10 minutes away.
+    // XR's watch events for its cooldown; meanwhile the XR polls (3 s).
+    // Wait until it is over, so what is checked is the event path (the
+    // owner annotation), the XR's next poll being 10 minutes away.
     let t = Instant::now();
-    wait(
-        "Crossplane acting on the XR's watch events (Responsive)",
-        360,
-        || {
-            let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
-            xr_condition(&x, "Responsive").0 == "True"
-        },
-    )?;
+    wait("the XR's watch circuit past its cooldown", 360, || {
+        let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
+        !metalplane::status::watch_events_dropped(&x, unix_now())
+    })?;
     println!(
-        "  the XR's watch circuit closed after {:.1} s",
+        "  the XR's watch circuit past its cooldown after {:.1} s",
         t.elapsed().as_secs_f64()
     );
     set_secret("r730-bmc-missing")?;
@@ -61,7 +64,7 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
             host_at = Some(t.elapsed().as_secs_f64());
         }
         let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
-        dropped |= xr_condition(&x, "Responsive").0 == "False";
+        dropped |= metalplane::status::watch_events_dropped(&x, unix_now());
         let (status, reason, msg) = xr_condition(&x, "HostHealthy");
         let ok = str_at(&x, "/status/phase") == "HostError"
             && status == "False"

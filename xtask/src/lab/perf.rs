@@ -581,20 +581,25 @@ fn set_bmc_secret(lab: &Lab, host: &str, secret: &str) -> Result<(), LabError> {
 }
 
 /// Waits until Crossplane acts on every perf XR's watch events again: its
-/// circuit breaker opens during a bring-up for 5 minutes, and meanwhile the
-/// function polls every 3 s, which is not the steady state.
+/// circuit breaker opens during a bring-up and drops them for 5 minutes,
+/// and meanwhile the function polls every 3 s, which is not the steady
+/// state.
 fn settle(lab: &Lab, n: usize) -> Result<f64, LabError> {
     std::thread::sleep(Duration::from_secs(30));
     wait(
-        &format!("{n} MetalClusters Responsive (watch circuits closed)"),
+        &format!("{n} MetalClusters' watch circuits past their cooldown"),
         Duration::from_secs(420),
         || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or_default();
             lab.kube
                 .list("metalcluster", Some(NS))
                 .iter()
                 .filter(|x| {
                     str_at(x, "/metadata/name").starts_with("perf-")
-                        && super::kube::condition(x, "Responsive").as_deref() == Some("True")
+                        && !metalplane::status::watch_events_dropped(x, now)
                 })
                 .count()
                 >= n
