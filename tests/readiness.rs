@@ -610,3 +610,27 @@ fn the_next_look_comes_sooner_while_a_host_moves() {
     assert_eq!(at(&[], midnight + 331), Some(30), "the cooldown is over");
     assert_eq!(at(&[failing], midnight + 3600), Some(30));
 }
+
+/// Once Ready the XR looks again every minute for its first 5 minutes
+/// (KCP still reports what nothing watches), then every 10 minutes.
+#[test]
+fn a_settled_cluster_looks_again_rarely() {
+    let midnight = 1_796_601_600; // 2026-12-07T00:00:00Z
+    let mut xr = example_xr();
+    xr["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
+        "reason": "Available", "lastTransitionTime": "2026-12-07T00:00:00Z"}]);
+    let c = |now| metalplane::compose::Clock::of(&xr, now);
+    assert!(c(midnight + 299).just_ready);
+    assert!(!c(midnight + 300).just_ready);
+    assert!(!c(midnight).events_dropped);
+    let pool = metalplane::status::Pool::Unknown;
+    let ttl = |now| metalplane::compose::ttl(metalplane::status::Phase::Ready, &pool, c(now));
+    assert_eq!(ttl(midnight + 10).as_secs(), 60);
+    assert_eq!(ttl(midnight + 301).as_secs(), 600);
+    let mut not_ready = xr.clone();
+    not_ready["status"]["conditions"][0]["status"] = json!("False");
+    assert!(
+        !metalplane::compose::Clock::of(&not_ready, midnight + 10).just_ready,
+        "not Ready: not settling"
+    );
+}

@@ -42,12 +42,38 @@ pub const BMH_KIND: &str = "BareMetalHost";
 pub const TTL_MOVING: Duration = Duration::from_secs(3);
 pub const TTL_WAITING: Duration = Duration::from_secs(30);
 pub const TTL_READY: Duration = Duration::from_secs(600);
+/// A MetalCluster just Ready still gathers what nothing watches (KCP
+/// reports each machine's certificate expiry on the Machines, read as
+/// required resources, after the node joined): for its first
+/// `SETTLING_S` at Ready it looks again every minute.
+pub const TTL_SETTLING: Duration = Duration::from_secs(60);
+pub const SETTLING_S: i64 = 300;
 
-pub fn ttl(phase: Phase, pool: &Pool<'_>, events_dropped: bool) -> Duration {
-    if events_dropped {
+/// What the TTL depends on besides the phase and the pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Clock {
+    /// Crossplane may be dropping the XR's watch events
+    /// (`status::watch_events_dropped`).
+    pub events_dropped: bool,
+    /// The XR became Ready less than `SETTLING_S` ago.
+    pub just_ready: bool,
+}
+
+impl Clock {
+    pub fn of(xr: &Value, now: i64) -> Self {
+        Self {
+            events_dropped: status::watch_events_dropped(xr, now),
+            just_ready: status::ready_since(xr).is_some_and(|t| now - t < SETTLING_S),
+        }
+    }
+}
+
+pub fn ttl(phase: Phase, pool: &Pool<'_>, clock: Clock) -> Duration {
+    if clock.events_dropped {
         return TTL_MOVING;
     }
     match phase {
+        Phase::Ready | Phase::InferenceReady if clock.just_ready => TTL_SETTLING,
         Phase::Ready | Phase::InferenceReady => TTL_READY,
         Phase::Provisioning
         | Phase::Bootstrapping
@@ -342,10 +368,7 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
     let behind = rollout::distrust_stale_sets(&mc, &names, &mut observed, &machine_list);
     let observed = observed;
     let phase = status::phase(&mc, &observed, &pool, remediating, behind);
-    let mut rsp = response::to(
-        req,
-        ttl(phase, &pool, status::watch_events_dropped(&xr, now)),
-    );
+    let mut rsp = response::to(req, ttl(phase, &pool, Clock::of(&xr, now)));
 
     // The cluster's Machines: who is being remediated, certificate expiry.
     response::require_resources(

@@ -62,6 +62,22 @@ pub fn watch_events_dropped(xr: &Value, now: i64) -> bool {
     opened.is_some_and(|o| now - o < CIRCUIT_DROPS_FOR_S)
 }
 
+/// When the XR last became Ready (Crossplane's `Ready` condition turned
+/// True), in Unix seconds.
+pub fn ready_since(xr: &Value) -> Option<i64> {
+    let c = xr
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))?;
+    if c.get("status").and_then(Value::as_str) != Some("True") {
+        return None;
+    }
+    let t: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time =
+        serde_json::from_value(c.get("lastTransitionTime")?.clone()).ok()?;
+    Some(t.0.as_second())
+}
+
 /// The condition that makes a composed resource ready, if it needs one.
 /// Everything else is ready as soon as it exists.
 pub fn readiness_condition(resource_name: &str) -> Option<&'static str> {

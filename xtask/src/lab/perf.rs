@@ -580,14 +580,14 @@ fn set_bmc_secret(lab: &Lab, host: &str, secret: &str) -> Result<(), LabError> {
         .map(|_| ())
 }
 
-/// Waits until Crossplane acts on every perf XR's watch events again: its
-/// circuit breaker opens during a bring-up and drops them for 5 minutes,
-/// and meanwhile the function polls every 3 s, which is not the steady
-/// state.
+/// Waits until every perf XR is settled: Crossplane acts on its watch
+/// events again (its circuit breaker opens during a bring-up and drops them
+/// for 5 minutes, while the function polls every 3 s) and it has been
+/// Ready 5 minutes (until then it looks again every minute).
 fn settle(lab: &Lab, n: usize) -> Result<f64, LabError> {
     std::thread::sleep(Duration::from_secs(30));
     wait(
-        &format!("{n} MetalClusters' watch circuits past their cooldown"),
+        &format!("{n} MetalClusters settled (watch circuits closed, 5 minutes Ready)"),
         Duration::from_secs(420),
         || {
             let now = std::time::SystemTime::now()
@@ -598,8 +598,10 @@ fn settle(lab: &Lab, n: usize) -> Result<f64, LabError> {
                 .list("metalcluster", Some(NS))
                 .iter()
                 .filter(|x| {
+                    let clock = metalplane::compose::Clock::of(x, now);
                     str_at(x, "/metadata/name").starts_with("perf-")
-                        && !metalplane::status::watch_events_dropped(x, now)
+                        && !clock.events_dropped
+                        && !clock.just_ready
                 })
                 .count()
                 >= n
