@@ -61,11 +61,12 @@ PY="$VENV/bin/python"
 targets=$(python3 benches/targets.py)
 
 # In the lab: the real controllers, one and then LAB_XRS MetalClusters
+# (stages, comma-separated: 20 then 100 by default, about 60 minutes)
 # (LAB=0 skips it; the lab needs root for its network namespace).
 lab=""
 if [ "${LAB:-1}" != 0 ]; then
   cargo xtask lab up
-  cargo xtask lab perf --xrs "${LAB_XRS:-20}" --out target/lab-perf.md
+  cargo xtask lab perf --xrs "${LAB_XRS:-20,100}" --window "${LAB_WINDOW:-120}" --out target/lab-perf.md
   cargo xtask lab down
   lab=$(cat target/lab-perf.md)
 fi

@@ -63,9 +63,9 @@ enum LabCmd {
     },
     /// The lab's performance figures (benches/run.sh): bring-up times, status lag, steady-state load per MetalCluster.
     Perf {
-        /// MetalClusters in the large steady state.
-        #[arg(long, default_value_t = 20)]
-        xrs: usize,
+        /// MetalClusters in all at each stage, comma-separated (e.g. 20,100): each stage adds MetalClusters up to its count, settles, measures a window and injects a host error on every one.
+        #[arg(long, value_delimiter = ',', default_value = "20")]
+        xrs: Vec<usize>,
         /// Seconds per steady-state window.
         #[arg(long, default_value_t = 60)]
         window: u64,

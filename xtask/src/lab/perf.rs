@@ -58,8 +58,8 @@ const PROCS: [&str; 14] = [
 ];
 
 pub struct Options {
-    /// MetalClusters in the large steady state.
-    pub xrs: usize,
+    /// The stages: MetalClusters in all at each (e.g. 20 then 100).
+    pub xrs: Vec<usize>,
     /// Length of each steady-state window.
     pub window: Duration,
 }
@@ -152,6 +152,8 @@ fn sum(series: &Series, name: &str, want: &[(&str, &str)]) -> f64 {
 /// Everything one window needs at its start and end.
 struct Sample {
     at: Instant,
+    /// The wall clock (UTC time of day), for the audit log.
+    utc: String,
     /// etcd's database as the API server reports it (bytes).
     etcd_bytes: f64,
     api: Series,
@@ -170,6 +172,7 @@ fn sample(lab: &Lab) -> Result<Sample, LabError> {
         .collect();
     Ok(Sample {
         at: Instant::now(),
+        utc: utc_now(),
         etcd_bytes: sum(&api, "apiserver_storage_size_bytes", &[]),
         api,
         crossplane,
@@ -184,9 +187,21 @@ const WRITES: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
 /// A row of the steady-state table: its label and how to read it off a window.
 type Metric = (&'static str, Box<dyn Fn(&Window) -> f64>);
 
+/// UTC time of day, HH:MM:SS (the audit log's clock).
+fn utc_now() -> String {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+        % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
 /// Per-minute rates between two samples.
 struct Window {
     minutes: f64,
+    /// Its span in UTC (`benches/audit_by_actor.py --from --to`).
+    utc: (String, String),
     /// etcd's database at the window's end (bytes).
     etcd_bytes: f64,
     requests: f64,
@@ -272,6 +287,7 @@ fn window(a: &Sample, b: &Sample) -> Window {
     };
     Window {
         minutes,
+        utc: (a.utc.clone(), b.utc.clone()),
         etcd_bytes: b.etcd_bytes,
         requests: rate(req(&a.api, &all), req(&b.api, &all)),
         writes: rate(req(&a.api, &WRITES), req(&b.api, &WRITES)),
@@ -583,9 +599,20 @@ fn set_bmc_secret(lab: &Lab, host: &str, secret: &str) -> Result<(), LabError> {
 /// Waits until every perf XR is settled: Crossplane acts on its watch
 /// events again (its circuit breaker opens during a bring-up and drops them
 /// for 5 minutes, while the function polls every 3 s) and it has been
-/// Ready 5 minutes (until then it looks again every minute).
-fn settle(lab: &Lab, n: usize) -> Result<f64, LabError> {
+/// Ready 5 minutes (until then it looks again every minute). Crossplane
+/// sets `Responsive` True only at the first event after the cooldown, and
+/// that flip is a write and a reconcile of every XR: up to 4 minutes more
+/// for it, so the window does not count it. Returns how many were
+/// Responsive.
+fn settle(lab: &Lab, n: usize) -> Result<usize, LabError> {
     std::thread::sleep(Duration::from_secs(30));
+    let perf_xrs = || {
+        lab.kube
+            .list("metalcluster", Some(NS))
+            .into_iter()
+            .filter(|x| str_at(x, "/metadata/name").starts_with("perf-"))
+            .collect::<Vec<_>>()
+    };
     wait(
         &format!("{n} MetalClusters settled (watch circuits closed, 5 minutes Ready)"),
         Duration::from_secs(420),
@@ -594,19 +621,35 @@ fn settle(lab: &Lab, n: usize) -> Result<f64, LabError> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or_default();
-            lab.kube
-                .list("metalcluster", Some(NS))
+            perf_xrs()
                 .iter()
                 .filter(|x| {
                     let clock = metalplane::compose::Clock::of(x, now);
-                    str_at(x, "/metadata/name").starts_with("perf-")
-                        && !clock.events_dropped
-                        && !clock.just_ready
+                    !clock.events_dropped && !clock.just_ready
                 })
                 .count()
                 >= n
         },
-    )
+    )?;
+    let responsive = || perf_xrs().iter().filter(|x| responsive(x)).count();
+    let t = Instant::now();
+    while responsive() < n && t.elapsed() < Duration::from_secs(240) {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // The flip's own reconciles pass.
+    std::thread::sleep(Duration::from_secs(5));
+    Ok(responsive())
+}
+
+/// Crossplane's `Responsive` condition is not False (its circuit breaker
+/// acts on the XR's watch events).
+fn responsive(xr: &Value) -> bool {
+    xr.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_none_or(|cs| {
+            !cs.iter()
+                .any(|c| str_at(c, "/type") == "Responsive" && str_at(c, "/status") == "False")
+        })
 }
 
 fn count_in_phase(lab: &Lab, phase: &str) -> usize {
@@ -685,13 +728,39 @@ fn delete_all(lab: &Lab, n: usize) -> Result<f64, LabError> {
     )
 }
 
+/// One step of the large steady state: `n` MetalClusters in all.
+struct Stage {
+    n: usize,
+    /// From applying this stage's new MetalClusters until all `n` were Ready.
+    ready_s: f64,
+    /// How many of the `n` Crossplane showed Responsive when the window began.
+    responsive: usize,
+    window: Window,
+    span: (f64, f64),
+    errors_shown: f64,
+    ready_again: f64,
+    lags: Vec<lag::Lag>,
+}
+
+/// The stages' sizes: ascending, without repeats, at least one MetalCluster.
+pub fn stage_sizes(xrs: &[usize]) -> Vec<usize> {
+    let mut v: Vec<usize> = xrs.iter().copied().filter(|n| *n > 0).collect();
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() {
+        v.push(1);
+    }
+    v
+}
+
 pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     if !lab.kube.ready() {
         return Err(LabError::new("the lab is not up (cargo xtask lab up)"));
     }
-    let n = opts.xrs.max(1);
+    let sizes = stage_sizes(&opts.xrs);
+    let n = sizes.last().copied().unwrap_or(1);
     let mut md = String::new();
-    super::progress(&format!("perf: {n} hosts in pool {POOL}"));
+    super::progress(&format!("perf: {n} hosts in pool {POOL}, stages {sizes:?}"));
     let mut docs = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})];
     docs.extend(hosts::docs(NS, POOL, "eno1", n, 0x40));
     lab.kube.apply(&docs)?;
@@ -747,44 +816,68 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
 
     // Steady state with one.
     super::progress("perf: settling, then the 1-MetalCluster window");
-    settle(lab, 1)?;
+    let responsive_1 = settle(lab, 1)?;
     let w1_from = watches.now();
     let one = measure(lab, opts.window)?;
     let w1_to = watches.now();
 
-    // Steady state with n.
-    let mut ready_n = None;
-    let mut wn = None;
-    let mut wn_span = (0.0, 0.0);
-    if n > 1 {
-        super::progress(&format!("perf: applying {} more", n - 1));
-        let t = Instant::now();
-        let docs = (2..=n).map(perf_xr).collect::<Result<Vec<_>, _>>()?;
-        lab.kube.apply(&docs)?;
-        wait(
-            &format!("{n} MetalClusters Ready"),
-            Duration::from_secs(900 + 15 * n as u64),
-            || all_ready(lab, n),
-        )?;
-        ready_n = Some(t.elapsed().as_secs_f64());
-        super::progress(&format!("perf: settling, then the {n}-MetalCluster window"));
-        settle(lab, n)?;
+    // Each stage: more MetalClusters, settled, a window, then a host error
+    // on every one at Ready and its recovery.
+    let mut stages: Vec<Stage> = Vec::new();
+    let mut have = 1;
+    for &size in &sizes {
         let from = watches.now();
-        wn = Some(measure(lab, opts.window)?);
-        wn_span = (from, watches.now());
+        let mut ready_s = 0.0;
+        if size > have {
+            super::progress(&format!(
+                "perf: applying {} more ({size} in all)",
+                size - have
+            ));
+            let docs = (have + 1..=size)
+                .map(perf_xr)
+                .collect::<Result<Vec<_>, _>>()?;
+            lab.kube.apply(&docs)?;
+            ready_s = wait(
+                &format!("{size} MetalClusters Ready"),
+                Duration::from_secs(900 + 15 * size as u64),
+                || all_ready(lab, size),
+            )?;
+            have = size;
+        }
+        super::progress(&format!(
+            "perf: settling, then the {size}-MetalCluster window"
+        ));
+        let responsive = settle(lab, size)?;
+        let w_from = watches.now();
+        let w = measure(lab, opts.window)?;
+        let span = (w_from, watches.now());
+        super::progress(&format!(
+            "perf: {size} XRs: {:.1} requests/min, {:.1} writes/min, {:.2} reconciles/min per XR; a host error on each, then its recovery",
+            (w.requests - base.requests) / size as f64,
+            (w.writes - base.writes) / size as f64,
+            w.reconciles / size as f64,
+        ));
+        let (errors_shown, ready_again) = host_errors(lab, size)?;
+        std::thread::sleep(Duration::from_secs(5));
+        let to = watches.now();
+        let evs = watches.snapshot();
+        let lags: Vec<lag::Lag> = (1..=size)
+            .flat_map(|i| lag::lags(&evs, &xr_name(i), applied))
+            .filter(|l| l.host_at >= from && l.host_at < to)
+            .collect();
+        stages.push(Stage {
+            n: size,
+            ready_s,
+            responsive,
+            window: w,
+            span,
+            errors_shown,
+            ready_again,
+            lags,
+        });
     }
-
-    // Transitions at Ready, each XR's host failing and recovering.
-    super::progress(&format!(
-        "perf: a host error on each of the {n} MetalClusters' hosts, then its recovery"
-    ));
-    let (errors_shown, ready_again) = host_errors(lab, n)?;
-    std::thread::sleep(Duration::from_secs(5));
     let evs = watches.snapshot();
     drop(watches);
-    let all_lags: Vec<lag::Lag> = (1..=n)
-        .flat_map(|i| lag::lags(&evs, &xr_name(i), applied))
-        .collect();
 
     // Deletion of all.
     super::progress(&format!("perf: deleting the {n} perf MetalClusters"));
@@ -797,23 +890,37 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     let f1 = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} s"));
     let _ = writeln!(
         md,
-        "Lab: the processes of `cargo xtask lab up` on this machine (BMO in demo mode: provisioning is instant, the rest is the real controllers). Windows of {:.0} s; per MetalCluster = (window - baseline) / count.\n",
+        "Lab: the processes of `cargo xtask lab up` on this machine (BMO in demo mode: provisioning is instant, the rest is the real controllers). Windows of {:.0} s, each begun once every MetalCluster was settled (Crossplane's circuit breaker closed, 5 minutes Ready); per MetalCluster = (window - baseline) / count.\n",
         opts.window.as_secs_f64()
     );
     let _ = writeln!(md, "### Time from apply\n");
     let _ = writeln!(
         md,
-        "| host claimed (1) | host provisioned (1) | Ready (1) | {} more Ready | {n} host errors shown | {n} Ready again | {n} deleted, hosts available |",
-        n - 1
-    );
-    let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|");
-    let _ = writeln!(
-        md,
-        "| {} | {} | {:.1} s | {} | {errors_shown:.1} s | {ready_again:.1} s | {deleted:.1} s |\n",
+        "One MetalCluster: host claimed {}, host provisioned {}, Ready {ready_1:.1} s.\n",
         f1(claimed),
         f1(provisioned),
-        ready_1,
-        f1(ready_n)
+    );
+    let _ = writeln!(
+        md,
+        "| MetalClusters | more applied at once | all Ready after | a host error on each: all shown after | all Ready again after |"
+    );
+    let _ = writeln!(md, "|---:|---:|---:|---:|---:|");
+    let mut prev = 1;
+    for s in &stages {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} s | {:.1} s | {:.1} s |",
+            s.n,
+            s.n - prev,
+            s.ready_s,
+            s.errors_shown,
+            s.ready_again
+        );
+        prev = s.n;
+    }
+    let _ = writeln!(
+        md,
+        "\nDeleting all {n} at once: gone, every host `available`, powered off and unclaimed after {deleted:.1} s.\n"
     );
     let _ = writeln!(
         md,
@@ -862,24 +969,26 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     );
     let _ = writeln!(
         md,
-        "{n} MetalClusters, from each claim to the recovery of the host error injected at Ready; the phase is the XR's when the host changed. Passed: the host changed again before any reconcile could show it.\n"
+        "Per stage: the bring-up of the MetalClusters it added (all applied at once) and the host error injected at Ready on every one, then its recovery; the phase is the XR's when the host changed. Passed: the host changed again before any reconcile could show it.\n"
     );
     let _ = writeln!(
         md,
-        "| XR phase | transitions shown | p50 | p95 | max | passed | never shown |"
+        "| MetalClusters | XR phase | transitions shown | p50 | p95 | max | passed | never shown |"
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
-    for (phase, st) in lag::by_phase(&all_lags) {
-        let _ = writeln!(
-            md,
-            "| {phase} | {} | {:.2} s | {:.2} s | {:.2} s | {} | {} |",
-            st.shown, st.p50, st.p95, st.max, st.passed, st.never
-        );
+    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    for s in &stages {
+        for (phase, st) in lag::by_phase(&s.lags) {
+            let _ = writeln!(
+                md,
+                "| {} | {phase} | {} | {:.2} s | {:.2} s | {:.2} s | {} | {} |",
+                s.n, st.shown, st.p50, st.p95, st.max, st.passed, st.never
+            );
+        }
     }
     let _ = writeln!(md, "\nThe first MetalCluster's host, change by change:\n");
     let _ = writeln!(md, "| host shows | XR phase | host at | XR at | lag |");
     let _ = writeln!(md, "|---|---|---:|---:|---:|");
-    for l in all_lags.iter().filter(|l| l.xr == xr1) {
+    for l in lag::lags(&evs, &xr1, applied) {
         let _ = writeln!(
             md,
             "| {} | {} | {:.1} s | {} | {} |",
@@ -919,54 +1028,75 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         ));
     }
     let _ = writeln!(md, "\n### Steady state (all Ready)\n");
-    let _ = writeln!(
-        md,
-        "| per minute | baseline | 1 XR | per XR (1) | {n} XRs | per XR ({n}) |"
-    );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    let mut head = "| per minute | baseline | 1 XR | per XR (1) |".to_string();
+    let mut rule = "|---|---:|---:|---:|".to_string();
+    for s in &stages {
+        let _ = write!(head, " {} XRs | per XR ({}) |", s.n, s.n);
+        rule.push_str("---:|---:|");
+    }
+    let _ = writeln!(md, "{head}\n{rule}");
     for (label, f) in &rows {
         let label = if PROCS.contains(label) {
             format!("{label} CPU ms/min")
         } else {
             label.to_string()
         };
-        let _ = writeln!(
-            md,
-            "| {label} | {:.1} | {:.1} | {:.1} | {} | {} |",
+        let mut line = format!(
+            "| {label} | {:.1} | {:.1} | {:.1} |",
             f(&base),
             f(&one),
-            per(&one, f.as_ref(), 1),
-            wn.as_ref().map_or("-".into(), |w| format!("{:.1}", f(w))),
-            wn.as_ref()
-                .map_or("-".into(), |w| format!("{:.1}", per(w, f.as_ref(), n))),
+            per(&one, f.as_ref(), 1)
         );
+        for s in &stages {
+            let _ = write!(
+                line,
+                " {:.1} | {:.2} |",
+                f(&s.window),
+                per(&s.window, f.as_ref(), s.n)
+            );
+        }
+        let _ = writeln!(md, "{line}");
     }
     let share = |w: &Window| {
         100.0 * w.cpu_ms.get("function").copied().unwrap_or(0.0) / cpu_total(w).max(1e-9)
     };
     let mib = |b: f64| b / (1024.0 * 1024.0);
+    let by_stage = |f: &dyn Fn(&Stage) -> String| {
+        stages
+            .iter()
+            .map(|s| format!("{} ({} XRs)", f(s), s.n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let _ = writeln!(
         md,
-        "\nThe function's share of that CPU: {:.1}% (1 XR), {} ({n} XRs).",
+        "\nThe function's share of that CPU: {:.1}% (1 XR), {}.",
         share(&one),
-        wn.as_ref()
-            .map_or("-".into(), |w| format!("{:.1}%", share(w)))
+        by_stage(&|s| format!("{:.1}%", share(&s.window)))
     );
     let _ = writeln!(
         md,
-        "etcd's database (API server's apiserver_storage_size_bytes): {:.1} MiB at baseline, {:.1} MiB with 1, {} with {n}, {:.1} MiB after deleting all (etcd does not compact in the lab: the size only grows).",
+        "etcd's database (API server's apiserver_storage_size_bytes): {:.1} MiB at baseline, {:.1} MiB with 1, {}, {:.1} MiB after deleting all (etcd does not compact in the lab: the size only grows).",
         mib(base.etcd_bytes),
         mib(one.etcd_bytes),
-        wn.as_ref()
-            .map_or("-".into(), |w| format!("{:.1} MiB", mib(w.etcd_bytes))),
+        by_stage(&|s| format!("{:.1} MiB", mib(s.window.etcd_bytes))),
         mib(after.etcd_bytes),
     );
     let _ = writeln!(
         md,
-        "Circuit breaker opens on MetalClusters: {:.0} (1 XR window), {} ({n} XRs window).",
+        "Windows in UTC (whose requests: `benches/audit_by_actor.py --from --to`): baseline {}-{}, 1 XR {}-{}, {}.",
+        base.utc.0,
+        base.utc.1,
+        one.utc.0,
+        one.utc.1,
+        by_stage(&|s| format!("{}-{}", s.window.utc.0, s.window.utc.1)),
+    );
+    let _ = writeln!(
+        md,
+        "Circuit breaker on MetalClusters: Responsive when the window began {responsive_1}/1, {}; opens during the window {:.0} (1 XR), {}.",
+        by_stage(&|s| format!("{}/{}", s.responsive, s.n)),
         one.breaker_opens,
-        wn.as_ref()
-            .map_or("-".into(), |w| format!("{:.0}", w.breaker_opens))
+        by_stage(&|s| format!("{:.0}", s.window.breaker_opens)),
     );
     let _ = writeln!(
         md,
@@ -986,25 +1116,25 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         bringup.breaker_opens,
     );
     md.push_str(&events_table(&evs, applied, ready_at, 1, false));
-    let (wf, wt, count, w) = match &wn {
-        Some(w) => (wn_span.0, wn_span.1, n, w),
-        None => (w1_from, w1_to, 1, &one),
-    };
-    let _ = writeln!(
-        md,
-        "\n### Steady state ({count} XRs): what drives the XR's watch events (per XR per minute)\n"
-    );
-    md.push_str(&events_table(&evs, wf, wt, count, true));
-    let _ = writeln!(
-        md,
-        "\n### Writes at steady state ({count} XRs, per XR per minute, API server metrics)\n"
-    );
-    let _ = writeln!(md, "| verb resource | per XR/min | baseline/min |");
-    let _ = writeln!(md, "|---|---:|---:|");
-    for (k, v) in &w.writes_by_resource {
-        let b = base.writes_by_resource.get(k).copied().unwrap_or(0.0);
-        if v - b > 0.05 * count as f64 {
-            let _ = writeln!(md, "| {k} | {:.2} | {b:.2} |", (v - b) / count as f64);
+    let mut windows: Vec<(usize, &Window, (f64, f64))> = vec![(1, &one, (w1_from, w1_to))];
+    windows.extend(stages.iter().map(|s| (s.n, &s.window, s.span)));
+    for (count, w, (wf, wt)) in windows {
+        let _ = writeln!(
+            md,
+            "\n### Steady state ({count} XRs): what drives the XR's watch events (per XR per minute)\n"
+        );
+        md.push_str(&events_table(&evs, wf, wt, count, true));
+        let _ = writeln!(
+            md,
+            "\nWrites at steady state ({count} XRs, per XR per minute, API server metrics):\n"
+        );
+        let _ = writeln!(md, "| verb resource | per XR/min | baseline/min |");
+        let _ = writeln!(md, "|---|---:|---:|");
+        for (k, v) in &w.writes_by_resource {
+            let b = base.writes_by_resource.get(k).copied().unwrap_or(0.0);
+            if v - b > 0.05 * count as f64 {
+                let _ = writeln!(md, "| {k} | {:.2} | {b:.2} |", (v - b) / count as f64);
+            }
         }
     }
     Ok(md)
@@ -1013,6 +1143,21 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stages_ascend_once_each() {
+        assert_eq!(stage_sizes(&[100, 20, 20, 0]), vec![20, 100]);
+        assert_eq!(stage_sizes(&[]), vec![1]);
+    }
+
+    #[test]
+    fn responsive_unless_crossplane_says_false() {
+        let cond =
+            |s: &str| json!({"status": {"conditions": [{"type": "Responsive", "status": s}]}});
+        assert!(!responsive(&cond("False")));
+        assert!(responsive(&cond("True")));
+        assert!(responsive(&json!({"status": {}})));
+    }
 
     #[test]
     fn prometheus_text_with_escaped_labels() {
