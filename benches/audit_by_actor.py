@@ -21,7 +21,13 @@ import json
 import os
 import sys
 
-LOGS = os.path.join(os.path.dirname(__file__), "..", "target", "lab", "logs")
+TARGET = os.path.join(os.path.dirname(__file__), "..", "target")
+# The running lab's logs, else the last one's (`lab down` keeps them).
+LOGS = next(
+    (d for d in (os.path.join(TARGET, "lab", "logs"), os.path.join(TARGET, "lab-logs"))
+     if os.path.isdir(d)),
+    os.path.join(TARGET, "lab", "logs"),
+)
 
 
 def actor(user):

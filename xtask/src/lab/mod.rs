@@ -368,13 +368,24 @@ impl Lab {
         install::restart(self, &self.pki()?, name)
     }
 
-    /// Stops what `up` started, removes the namespace and the state.
+    /// Stops what `up` started, removes the namespace and the state (its
+    /// logs move to `lab-logs` beside it).
     pub fn down(&self) -> Result<(), LabError> {
         for name in self.procs.started() {
             progress(&format!("stopping {name}"));
             self.procs.stop(&name);
         }
         procs::delete_netns()?;
+        // The last lab's logs outlive it (its audit log says whose each
+        // request was: benches/audit_by_actor.py).
+        let logs = self.state.join("logs");
+        if logs.exists() {
+            let kept = self.state.with_file_name("lab-logs");
+            let _ = std::fs::remove_dir_all(&kept);
+            if std::fs::rename(&logs, &kept).is_ok() {
+                progress(&format!("logs kept in {}", kept.display()));
+            }
+        }
         if self.state.exists() {
             std::fs::remove_dir_all(&self.state)
                 .map_err(|e| LabError::new(format!("{}: {e}", self.state.display())))?;
