@@ -500,16 +500,17 @@ fn measure(lab: &Lab, span: Duration) -> Result<Window, LabError> {
     Ok(window(&a, &sample(lab)?))
 }
 
+/// The perf MetalClusters (`xr_name`'s), the by-hand cluster left out.
+fn perf_xrs(lab: &Lab) -> Vec<Value> {
+    lab.kube
+        .list("metalcluster", Some(NS))
+        .into_iter()
+        .filter(|x| str_at(x, "/metadata/name").starts_with("perf-"))
+        .collect()
+}
+
 fn all_ready(lab: &Lab, n: usize) -> bool {
-    let items = lab.kube.list("metalcluster", Some(NS));
-    let ready = items
-        .iter()
-        .filter(|x| {
-            str_at(x, "/metadata/name").starts_with("perf-")
-                && str_at(x, "/status/phase") == "Ready"
-        })
-        .count();
-    ready >= n
+    count_in_phase(lab, "Ready") >= n
 }
 
 /// Watch events per object kind in [from, to), and the most frequent
@@ -606,13 +607,6 @@ fn set_bmc_secret(lab: &Lab, host: &str, secret: &str) -> Result<(), LabError> {
 /// Responsive.
 fn settle(lab: &Lab, n: usize) -> Result<usize, LabError> {
     std::thread::sleep(Duration::from_secs(30));
-    let perf_xrs = || {
-        lab.kube
-            .list("metalcluster", Some(NS))
-            .into_iter()
-            .filter(|x| str_at(x, "/metadata/name").starts_with("perf-"))
-            .collect::<Vec<_>>()
-    };
     wait(
         &format!("{n} MetalClusters settled (watch circuits closed, 5 minutes Ready)"),
         Duration::from_secs(420),
@@ -621,7 +615,7 @@ fn settle(lab: &Lab, n: usize) -> Result<usize, LabError> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or_default();
-            perf_xrs()
+            perf_xrs(lab)
                 .iter()
                 .filter(|x| {
                     let clock = metalplane::compose::Clock::of(x, now);
@@ -631,7 +625,7 @@ fn settle(lab: &Lab, n: usize) -> Result<usize, LabError> {
                 >= n
         },
     )?;
-    let responsive = || perf_xrs().iter().filter(|x| responsive(x)).count();
+    let responsive = || perf_xrs(lab).iter().filter(|x| responsive(x)).count();
     let t = Instant::now();
     while responsive() < n && t.elapsed() < Duration::from_secs(240) {
         std::thread::sleep(Duration::from_secs(2));
@@ -653,12 +647,9 @@ fn responsive(xr: &Value) -> bool {
 }
 
 fn count_in_phase(lab: &Lab, phase: &str) -> usize {
-    lab.kube
-        .list("metalcluster", Some(NS))
+    perf_xrs(lab)
         .iter()
-        .filter(|x| {
-            str_at(x, "/metadata/name").starts_with("perf-") && str_at(x, "/status/phase") == phase
-        })
+        .filter(|x| str_at(x, "/status/phase") == phase)
         .count()
 }
 
@@ -706,12 +697,7 @@ fn delete_all(lab: &Lab, n: usize) -> Result<f64, LabError> {
         &format!("{n} MetalClusters gone, their hosts available"),
         Duration::from_secs(600 + 10 * n as u64),
         || {
-            let left = lab
-                .kube
-                .list("metalcluster", Some(NS))
-                .iter()
-                .filter(|x| str_at(x, "/metadata/name").starts_with("perf-"))
-                .count();
+            let left = perf_xrs(lab).len();
             let at_rest = lab
                 .kube
                 .list("baremetalhost", Some(NS))
