@@ -69,6 +69,9 @@ enum LabCmd {
         /// Seconds per steady-state window.
         #[arg(long, default_value_t = 60)]
         window: u64,
+        /// Seconds of the last stage's window (default: --window); 600 averages over the 10-minute polls of Crossplane's Usages and CAPM3's resync.
+        #[arg(long)]
+        last_window: Option<u64>,
         /// Markdown file for the figures (also printed).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
@@ -100,10 +103,16 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
             }
             Ok(if s.violations == 0 { 0 } else { 1 })
         }
-        LabCmd::Perf { xrs, window, out } => {
+        LabCmd::Perf {
+            xrs,
+            window,
+            last_window,
+            out,
+        } => {
             let opts = xtask::lab::perf::Options {
                 xrs,
                 window: std::time::Duration::from_secs(window),
+                last_window: std::time::Duration::from_secs(last_window.unwrap_or(window)),
             };
             let md = xtask::lab::perf::run(&lab, &opts)?;
             println!("{md}");

@@ -300,6 +300,13 @@ fn start_core(lab: &Lab, pki: &Pki) -> Result<(), LabError> {
                 pki.crossplane_client_dir().display()
             ),
             format!("--xpkg-cache-dir={}", lab.path("xpkg-cache")),
+            // With realtime compositions only the Usage controller polls at
+            // this interval (XRs set their own TTL). Each poll PUTs the Usage
+            // and its used object even when nothing changed (v2.3.0's
+            // `owners[0]` and `OwnedBy` checks never hold for a composed
+            // Usage): at 1m that was 16 of the 25 steady-state requests a
+            // minute per MetalCluster. Deletion waits on its own 30 s poll.
+            "--poll-interval=10m".into(),
         ],
         &identity::kubeconfig_path(lab, &core_account()),
     );
