@@ -612,7 +612,9 @@ fn the_next_look_comes_sooner_while_a_host_moves() {
 }
 
 /// Once Ready the XR looks again every minute for its first 5 minutes
-/// (KCP still reports what nothing watches), then every 10 minutes.
+/// (KCP still reports what nothing watches), then every 10 minutes, or
+/// every 30 once the WatchOperation has annotated it (its hosts' changes
+/// come as events).
 #[test]
 fn a_settled_cluster_looks_again_rarely() {
     let midnight = 1_796_601_600; // 2026-12-07T00:00:00Z
@@ -627,6 +629,17 @@ fn a_settled_cluster_looks_again_rarely() {
     let ttl = |now| metalplane::compose::ttl(metalplane::status::Phase::Ready, &pool, c(now));
     assert_eq!(ttl(midnight + 10).as_secs(), 60);
     assert_eq!(ttl(midnight + 301).as_secs(), 600);
+    assert!(!c(midnight + 301).hosts_followed);
+    let mut followed = xr.clone();
+    followed["metadata"]["annotations"] = json!({metalplane::operate::nudge::HOST_OBSERVED_ANNOTATION: "gpu-0: provisioned, power on, OK"});
+    let clock = metalplane::compose::Clock::of(&followed, midnight + 301);
+    assert!(clock.hosts_followed);
+    let ready = |c| metalplane::compose::ttl(metalplane::status::Phase::Ready, &pool, c);
+    assert_eq!(ready(clock).as_secs(), 1800);
+    let settling = metalplane::compose::Clock::of(&followed, midnight + 10);
+    assert_eq!(ready(settling).as_secs(), 60, "settling first");
+    let waiting = metalplane::compose::ttl(metalplane::status::Phase::HostError, &pool, clock);
+    assert_eq!(waiting.as_secs(), 30, "only Ready looks rarely");
     let mut not_ready = xr.clone();
     not_ready["status"]["conditions"][0]["status"] = json!("False");
     assert!(

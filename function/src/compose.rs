@@ -34,7 +34,11 @@ pub const BMH_KIND: &str = "BareMetalHost";
 /// status trail a host by up to 5.8 s in `cargo xtask lab perf`); slow
 /// while waiting on people (no host, a host in error); once settled, only
 /// as a backstop for what nothing watches (the Machines, read as required
-/// resources; a lost watch event), like CAPI's 10 minute sync period.
+/// resources; a lost watch event), like CAPI's 10 minute sync period; every
+/// 30 minutes once the WatchOperation follows the XR's hosts (it has left
+/// its annotation on the XR), each look being an apply of every composed
+/// object (16 writes for a single node), still twice as often as
+/// Crossplane's own drift check (`--sync-interval`, 1 hour).
 /// While Crossplane's circuit breaker may drop the XR's watch events (it
 /// opens during a bring-up and drops them for 5 minutes), the host's
 /// annotation may not reach it either: then the XR looks again every 3 s
@@ -42,6 +46,7 @@ pub const BMH_KIND: &str = "BareMetalHost";
 pub const TTL_MOVING: Duration = Duration::from_secs(3);
 pub const TTL_WAITING: Duration = Duration::from_secs(30);
 pub const TTL_READY: Duration = Duration::from_secs(600);
+pub const TTL_READY_FOLLOWED: Duration = Duration::from_secs(1800);
 /// A MetalCluster just Ready still gathers what nothing watches (KCP
 /// reports each machine's certificate expiry on the Machines, read as
 /// required resources, after the node joined): for its first
@@ -57,6 +62,11 @@ pub struct Clock {
     pub events_dropped: bool,
     /// The XR became Ready less than `SETTLING_S` ago.
     pub just_ready: bool,
+    /// The WatchOperation passes the XR its hosts' transitions: it has
+    /// written its annotation (`operate::nudge`) on the XR. Without
+    /// `--enable-operations` it never does, and the XR keeps the shorter
+    /// look, its only way to see a Ready host's changes.
+    pub hosts_followed: bool,
 }
 
 impl Clock {
@@ -64,6 +74,10 @@ impl Clock {
         Self {
             events_dropped: status::watch_events_dropped(xr, now),
             just_ready: status::ready_since(xr).is_some_and(|t| now - t < SETTLING_S),
+            hosts_followed: xr
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(crate::operate::nudge::HOST_OBSERVED_ANNOTATION))
+                .is_some(),
         }
     }
 }
@@ -74,6 +88,7 @@ pub fn ttl(phase: Phase, pool: &Pool<'_>, clock: Clock) -> Duration {
     }
     match phase {
         Phase::Ready | Phase::InferenceReady if clock.just_ready => TTL_SETTLING,
+        Phase::Ready | Phase::InferenceReady if clock.hosts_followed => TTL_READY_FOLLOWED,
         Phase::Ready | Phase::InferenceReady => TTL_READY,
         Phase::Provisioning
         | Phase::Bootstrapping

@@ -3,8 +3,9 @@
 use super::*;
 
 /// How long after its host the XR may show a host's error or recovery, at
-/// Ready too: the TTL once Ready is 10 minutes, so only the WatchOperation's
-/// annotation on the owner (function/src/operate/nudge.rs) can meet it.
+/// Ready too: the TTL once Ready is 30 minutes (10 before the
+/// WatchOperation's first annotation), so only that annotation on the owner
+/// (function/src/operate/nudge.rs) can meet it.
 pub(crate) const STATUS_LAG_BOUND: f64 = 5.0;
 
 fn unix_now() -> i64 {
@@ -41,7 +42,7 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
     // Crossplane's circuit breaker opened during the bring-up and drops the
     // XR's watch events for its cooldown; meanwhile the XR polls (3 s).
     // Wait until it is over, so what is checked is the event path (the
-    // owner annotation), the XR's next poll being 10 minutes away.
+    // owner annotation), the XR's next poll being 30 minutes away.
     let t = Instant::now();
     wait("the XR's watch circuit past its cooldown", 360, || {
         let x = get(lab, "metalcluster", XR).unwrap_or(Value::Null);
