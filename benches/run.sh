@@ -61,14 +61,14 @@ PY="$VENV/bin/python"
 targets=$(python3 benches/targets.py)
 
 # In the lab: the real controllers, one and then LAB_XRS MetalClusters
-# (stages, comma-separated: 20 then 100 by default, about 70 minutes)
-# (LAB=0 skips it; the lab needs root for its network namespace). The last
-# stage's window is LAB_LAST_WINDOW (600 s: the 10-minute polls of
+# (stages, comma-separated: 20 then 100 by default, about 80 minutes)
+# (LAB=0 skips it; the lab needs root for its network namespace). Each
+# steady-state window is LAB_WINDOW (600 s: the 10-minute polls of
 # Crossplane's Usages and CAPM3's resync averaged, not caught or missed).
 lab=""
 if [ "${LAB:-1}" != 0 ]; then
   cargo xtask lab up
-  cargo xtask lab perf --xrs "${LAB_XRS:-20,100}" --window "${LAB_WINDOW:-120}" --last-window "${LAB_LAST_WINDOW:-600}" --out target/lab-perf.md
+  cargo xtask lab perf --xrs "${LAB_XRS:-20,100}" --window "${LAB_WINDOW:-600}" --out target/lab-perf.md
   cargo xtask lab down
   lab=$(cat target/lab-perf.md)
 fi
