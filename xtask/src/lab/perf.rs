@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::io::BufReader;
-use std::process::{Child, Stdio};
+use std::process::{Child, ChildStdout, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -394,90 +395,66 @@ fn managers_changed(a: Option<&Value>, b: Option<&Value>, out: &mut Vec<String>)
     }
 }
 
+/// `kubectl get --watch` of each kind, resumed whenever the API server ends
+/// it: a watch lasts `--min-request-timeout` to twice that (30-60 minutes),
+/// shorter than a run with 10-minute windows, and an ended watch would
+/// leave every later transition "never shown".
 struct Watches {
     started: Instant,
     events: Arc<Mutex<Vec<Event>>>,
-    children: Vec<Child>,
+    children: Arc<Mutex<Vec<Child>>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Drop for Watches {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
+        self.stop.store(true, Ordering::SeqCst);
+        if let Ok(mut children) = self.children.lock() {
+            for c in children.iter_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
         }
     }
 }
 
 impl Watches {
     fn start(lab: &Lab, kinds: &[&str]) -> Result<Watches, LabError> {
-        let started = Instant::now();
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let mut children = Vec::new();
+        let w = Watches {
+            started: Instant::now(),
+            events: Arc::new(Mutex::new(Vec::new())),
+            children: Arc::new(Mutex::new(Vec::new())),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
         for kind in kinds {
-            let mut child = lab
-                .kube
-                .cmd()
-                .args([
-                    "get",
-                    kind,
-                    "-n",
-                    NS,
-                    "--watch",
-                    "--output-watch-events",
-                    "-o",
-                    "json",
-                ])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| LabError::new(format!("kubectl watch {kind}: {e}")))?;
-            let Some(out) = child.stdout.take() else {
-                continue;
-            };
-            children.push(child);
-            let (events, kind) = (events.clone(), kind.to_string());
+            // The first watch is started here, so that a kubectl that
+            // cannot start fails the run.
+            let first = w.spawn(&lab.kube, kind)?;
+            let (kube, kind) = (lab.kube.clone(), kind.to_string());
+            let (events, children, stop) = (w.events.clone(), w.children.clone(), w.stop.clone());
+            let started = w.started;
             std::thread::spawn(move || {
                 let mut last: BTreeMap<String, Value> = BTreeMap::new();
-                let stream =
-                    serde_json::Deserializer::from_reader(BufReader::new(out)).into_iter::<Value>();
-                for ev in stream.flatten() {
-                    let obj = &ev["object"];
-                    let name = str_at(obj, "/metadata/name").to_string();
-                    let mut changed = Vec::new();
-                    if let Some(prev) = last.get(&name) {
-                        changed_paths(prev, obj, "", 0, &mut changed);
+                let mut out = Some(first);
+                while let Some(stdout) = out.take() {
+                    let stream = serde_json::Deserializer::from_reader(BufReader::new(stdout))
+                        .into_iter::<Value>();
+                    for ev in stream.flatten() {
+                        record(&ev["object"], &kind, started, &mut last, &events);
                     }
-                    let host_view = lag::host_view(obj);
-                    let phase = obj
-                        .pointer("/status/phase")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                    let consumer = obj
-                        .pointer("/spec/consumerRef/name")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                    let e = Event {
-                        t: started.elapsed().as_secs_f64(),
-                        kind: kind.clone(),
-                        name: name.clone(),
-                        changed,
-                        host_view,
-                        phase,
-                        consumer,
-                    };
-                    last.insert(name, obj.clone());
-                    if let Ok(mut v) = events.lock() {
-                        v.push(e);
+                    if stop.load(Ordering::SeqCst) {
+                        break;
                     }
+                    std::thread::sleep(Duration::from_secs(1));
+                    out = spawn_watch(&kube, &kind, &children).ok();
                 }
             });
         }
-        Ok(Watches {
-            started,
-            events,
-            children,
-        })
+        Ok(w)
+    }
+
+    fn spawn(&self, kube: &super::kube::Kube, kind: &str) -> Result<ChildStdout, LabError> {
+        spawn_watch(kube, kind, &self.children)
     }
 
     fn now(&self) -> f64 {
@@ -486,6 +463,78 @@ impl Watches {
 
     fn snapshot(&self) -> Vec<Event> {
         self.events.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+/// Starts one `kubectl get --watch` of `kind`; its process is kept in
+/// `children` (killed with the Watches).
+fn spawn_watch(
+    kube: &super::kube::Kube,
+    kind: &str,
+    children: &Mutex<Vec<Child>>,
+) -> Result<ChildStdout, LabError> {
+    let mut child = kube
+        .cmd()
+        .args([
+            "get",
+            kind,
+            "-n",
+            NS,
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| LabError::new(format!("kubectl watch {kind}: {e}")))?;
+    let out = child
+        .stdout
+        .take()
+        .ok_or_else(|| LabError::new(format!("kubectl watch {kind}: no stdout")));
+    if let Ok(mut c) = children.lock() {
+        c.push(child);
+    }
+    out
+}
+
+/// One watch event as an `Event`. A resumed watch lists every object again:
+/// an object at the resourceVersion already seen is no change and is left
+/// out.
+fn record(
+    obj: &Value,
+    kind: &str,
+    started: Instant,
+    last: &mut BTreeMap<String, Value>,
+    events: &Mutex<Vec<Event>>,
+) {
+    let name = str_at(obj, "/metadata/name").to_string();
+    let mut changed = Vec::new();
+    if let Some(prev) = last.get(&name) {
+        if str_at(prev, "/metadata/resourceVersion") == str_at(obj, "/metadata/resourceVersion") {
+            return;
+        }
+        changed_paths(prev, obj, "", 0, &mut changed);
+    }
+    let e = Event {
+        t: started.elapsed().as_secs_f64(),
+        kind: kind.to_string(),
+        name: name.clone(),
+        changed,
+        host_view: lag::host_view(obj),
+        phase: obj
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        consumer: obj
+            .pointer("/spec/consumerRef/name")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    };
+    last.insert(name, obj.clone());
+    if let Ok(mut v) = events.lock() {
+        v.push(e);
     }
 }
 
@@ -1166,6 +1215,27 @@ mod tests {
         assert_eq!(s[0].1.get("path").map(String::as_str), Some("/a\"b"));
         assert_eq!(sum(&s, "requests_total", &[("verb", "GET")]), 12.0);
         assert_eq!(sum(&s, "requests_total", &[("verb", "PUT")]), 0.0);
+    }
+
+    #[test]
+    fn a_resumed_watch_records_only_changes() {
+        let (started, events) = (Instant::now(), Mutex::new(Vec::new()));
+        let mut last = BTreeMap::new();
+        let obj = |rv: &str, phase: &str| {
+            json!({"metadata": {"name": "perf-01", "resourceVersion": rv},
+                "status": {"phase": phase}})
+        };
+        let mut see = |o: &Value| record(o, "metalclusters", started, &mut last, &events);
+        see(&obj("1", "Provisioning"));
+        see(&obj("2", "Ready"));
+        // The resumed watch lists the object again, unchanged.
+        see(&obj("2", "Ready"));
+        see(&obj("3", "HostError"));
+        let phases: Vec<_> = events
+            .lock()
+            .map(|v| v.iter().filter_map(|e| e.phase.clone()).collect())
+            .unwrap_or_default();
+        assert_eq!(phases, ["Provisioning", "Ready", "HostError"]);
     }
 
     #[test]
