@@ -122,7 +122,11 @@ pub(crate) fn host_error(lab: &Lab) -> Outcome {
     wait("BMO retried the registration", 120, || count(lab) > first)?;
     std::thread::sleep(Duration::from_secs(5));
     let warnings = warning_count(lab, XR, "HostError") - warnings_before;
-    check(at_transition <= 2 && warnings == at_transition, || {
+    // At the transition each reconcile that read the XR before the
+    // previous one's condition reached Crossplane's cache emits it once
+    // more: a CI run on a loaded lab had three reconciles within 0.7 s
+    // (one Event, count 3, all in one second), none after.
+    check(at_transition <= 3 && warnings == at_transition, || {
         format!(
             "HostError Warning events: {at_transition} at the transition, {warnings} after BMO's retries"
         )
