@@ -429,7 +429,7 @@ impl Watches {
         for kind in kinds {
             // The first watch is started here, so that a kubectl that
             // cannot start fails the run.
-            let first = w.spawn(&lab.kube, kind)?;
+            let first = spawn_watch(&lab.kube, kind, &w.children)?;
             let (kube, kind) = (lab.kube.clone(), kind.to_string());
             let (events, children, stop) = (w.events.clone(), w.children.clone(), w.stop.clone());
             let started = w.started;
@@ -442,19 +442,17 @@ impl Watches {
                     for ev in stream.flatten() {
                         record(&ev["object"], &kind, started, &mut last, &events);
                     }
+                    // Checked after the pause too: a kubectl started once
+                    // the Watches were dropped would never be killed.
+                    std::thread::sleep(Duration::from_secs(1));
                     if stop.load(Ordering::SeqCst) {
                         break;
                     }
-                    std::thread::sleep(Duration::from_secs(1));
                     out = spawn_watch(&kube, &kind, &children).ok();
                 }
             });
         }
         Ok(w)
-    }
-
-    fn spawn(&self, kube: &super::kube::Kube, kind: &str) -> Result<ChildStdout, LabError> {
-        spawn_watch(kube, kind, &self.children)
     }
 
     fn now(&self) -> f64 {
