@@ -654,36 +654,48 @@ fn set_bmc_secret(lab: &Lab, host: &str, secret: &str) -> Result<(), LabError> {
 /// Ready 5 minutes (until then it looks again every minute). Crossplane
 /// sets `Responsive` True only at the first event after the cooldown, and
 /// that flip is a write and a reconcile of every XR: up to 4 minutes more
-/// for it, so the window does not count it. Returns how many were
+/// for it, so the window does not count it. Gives up waiting after 7
+/// minutes (the window then begins unsettled). Returns how many were
 /// Responsive.
-fn settle(lab: &Lab, n: usize) -> Result<usize, LabError> {
+fn settle(lab: &Lab, n: usize) -> usize {
     std::thread::sleep(Duration::from_secs(30));
-    wait(
-        &format!("{n} MetalClusters settled (watch circuits closed, 5 minutes Ready)"),
-        Duration::from_secs(420),
-        || {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or_default();
-            perf_xrs(lab)
-                .iter()
-                .filter(|x| {
-                    let clock = metalplane::compose::Clock::of(x, now);
-                    !clock.events_dropped && !clock.just_ready
-                })
-                .count()
-                >= n
-        },
-    )?;
+    let settled = || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or_default();
+        perf_xrs(lab)
+            .iter()
+            .filter(|x| {
+                let clock = metalplane::compose::Clock::of(x, now);
+                !clock.events_dropped && !clock.just_ready
+            })
+            .count()
+    };
+    // Not an error when some never settle: on a saturated lab (100 on two
+    // cores) CAPM3's status loops keep reopening a fifth of the circuits
+    // (2026-12-07 19:58 UTC); the window is measured anyway and the report
+    // says how many were Responsive when it began.
+    let t = Instant::now();
+    let mut k = settled();
+    while k < n && t.elapsed() < Duration::from_secs(420) {
+        std::thread::sleep(Duration::from_secs(2));
+        k = settled();
+    }
     let responsive = || perf_xrs(lab).iter().filter(|x| responsive(x)).count();
+    if k < n {
+        super::progress(&format!(
+            "perf: {k} of {n} MetalClusters settled after 420 s; measuring anyway"
+        ));
+        return responsive();
+    }
     let t = Instant::now();
     while responsive() < n && t.elapsed() < Duration::from_secs(240) {
         std::thread::sleep(Duration::from_secs(2));
     }
     // The flip's own reconciles pass.
     std::thread::sleep(Duration::from_secs(5));
-    Ok(responsive())
+    responsive()
 }
 
 /// Crossplane's `Responsive` condition is not False (its circuit breaker
@@ -853,7 +865,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
 
     // Steady state with one.
     super::progress("perf: settling, then the 1-MetalCluster window");
-    let responsive_1 = settle(lab, 1)?;
+    let responsive_1 = settle(lab, 1);
     let w1_from = watches.now();
     let one = measure(lab, opts.window)?;
     let w1_to = watches.now();
@@ -884,7 +896,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         super::progress(&format!(
             "perf: settling, then the {size}-MetalCluster window"
         ));
-        let responsive = settle(lab, size)?;
+        let responsive = settle(lab, size);
         let w_from = watches.now();
         let w = measure(
             lab,
@@ -934,7 +946,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     let f1 = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} s"));
     let _ = writeln!(
         md,
-        "Lab: the processes of `cargo xtask lab up` on this machine (BMO in demo mode: provisioning is instant, the rest is the real controllers). Windows of {:.0} s ({:.0} s at the last stage), each begun once every MetalCluster was settled (Crossplane's circuit breaker closed, 5 minutes Ready); per MetalCluster = (window - baseline) / count.\n",
+        "Lab: the processes of `cargo xtask lab up` on this machine (BMO in demo mode: provisioning is instant, the rest is the real controllers). Windows of {:.0} s ({:.0} s at the last stage), each begun once every MetalCluster was settled (Crossplane's circuit breaker closed, 5 minutes Ready) or after 7 minutes of waiting (the Responsive count below says which); per MetalCluster = (window - baseline) / count.\n",
         opts.window.as_secs_f64(),
         opts.last_window.as_secs_f64()
     );
