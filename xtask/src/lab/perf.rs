@@ -676,26 +676,31 @@ fn settle(lab: &Lab, n: usize) -> usize {
     // cores) CAPM3's status loops keep reopening a fifth of the circuits
     // (2026-12-07 19:58 UTC); the window is measured anyway and the report
     // says how many were Responsive when it began.
-    let t = Instant::now();
-    let mut k = settled();
-    while k < n && t.elapsed() < Duration::from_secs(420) {
-        std::thread::sleep(Duration::from_secs(2));
-        k = settled();
-    }
     let responsive = || perf_xrs(lab).iter().filter(|x| responsive(x)).count();
-    if k < n {
+    if !poll(Duration::from_secs(420), || settled() >= n) {
         super::progress(&format!(
-            "perf: {k} of {n} MetalClusters settled after 420 s; measuring anyway"
+            "perf: {} of {n} MetalClusters settled after 420 s; measuring anyway",
+            settled()
         ));
         return responsive();
     }
-    let t = Instant::now();
-    while responsive() < n && t.elapsed() < Duration::from_secs(240) {
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    poll(Duration::from_secs(240), || responsive() >= n);
     // The flip's own reconciles pass.
     std::thread::sleep(Duration::from_secs(5));
     responsive()
+}
+
+/// Polls `done` every 2 s until it holds (true) or `timeout` passes
+/// (false); unlike `wait`, running out is not an error.
+fn poll(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while !done() {
+        if t.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    true
 }
 
 /// Crossplane's `Responsive` condition is not False (its circuit breaker
