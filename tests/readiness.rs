@@ -647,3 +647,66 @@ fn a_settled_cluster_looks_again_rarely() {
         "not Ready: not settling"
     );
 }
+
+/// A MetalCluster deleted in the background leaves its Cluster and IPPool
+/// to CAPI's teardown; a new one of the same name composes nothing (adopts
+/// nothing) until they are gone, then composes as usual.
+#[test]
+fn a_new_metalcluster_waits_for_the_previous_ones_objects() {
+    let mut xr = example_xr();
+    xr["metadata"]["uid"] = json!("new-uid");
+    let old_cluster = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "r730-cluster", "namespace": "metal",
+            "deletionTimestamp": "2026-12-07T23:36:00Z",
+            "ownerReferences": [{"apiVersion": "metal.kube.farm/v1alpha1",
+                "kind": "MetalCluster", "name": "r730", "uid": "old-uid", "controller": true}]}
+    });
+    let mut req = request(&xr, &BTreeMap::new(), Some(&[]));
+    metalplane::render::with_required(
+        &mut req,
+        metalplane::leftovers::CLUSTER_REQUIREMENT,
+        &[old_cluster],
+    )
+    .expect("cluster");
+    metalplane::render::with_required(&mut req, metalplane::leftovers::IPPOOL_REQUIREMENT, &[])
+        .expect("pool");
+    let rsp = compose(&req);
+    assert!(
+        desired(&rsp).is_empty(),
+        "nothing composed: {:?}",
+        desired(&rsp).keys()
+    );
+    assert_eq!(desired_status(&rsp)["phase"], "WaitingForHost");
+    let c = rsp
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "HostClaimed")
+        .expect("HostClaimed");
+    assert_eq!(c.reason, "PreviousTeardown");
+    assert!(
+        c.message
+            .as_deref()
+            .is_some_and(|m| m.contains("Cluster r730-cluster (being deleted)")),
+        "{:?}",
+        c.message
+    );
+    let reqs = rsp.requirements.as_ref().expect("still reads them");
+    assert!(
+        reqs.resources
+            .contains_key(metalplane::leftovers::CLUSTER_REQUIREMENT)
+    );
+    assert!(reqs.resources.contains_key("hosts"));
+
+    // Gone: the usual graph.
+    let mut req = request(&xr, &BTreeMap::new(), Some(&[]));
+    for r in [
+        metalplane::leftovers::CLUSTER_REQUIREMENT,
+        metalplane::leftovers::IPPOOL_REQUIREMENT,
+    ] {
+        metalplane::render::with_required(&mut req, r, &[]).expect("empty");
+    }
+    let rsp = compose(&req);
+    assert!(desired(&rsp).contains_key("cluster"));
+    assert!(desired(&rsp).contains_key("ippool"));
+}

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::builders::{capi, cni, fleet, health, ipam, lb, metal3, workers};
 use crate::hosts;
+use crate::leftovers;
 use crate::machines;
 use crate::names::Names;
 use crate::rollout;
@@ -420,6 +421,39 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
         );
         worker_hosts.push(request::get_required_resources(req, requirement));
     }
+    // A previous MetalCluster of this name may still be tearing its
+    // Cluster and IPPool down: compose nothing until they are gone.
+    for (requirement, api_version, kind, name) in leftovers::requirements(&names) {
+        response::require_resources(
+            &mut rsp,
+            requirement,
+            api_version,
+            kind,
+            Some(ResourceMatch::Name(name)),
+            Some(mc.namespace.clone()),
+        );
+    }
+    if observed.is_empty() {
+        let found: Vec<(&str, Value)> = leftovers::requirements(&names)
+            .into_iter()
+            .flat_map(|(requirement, _, kind, _)| {
+                request::get_required_resources(req, requirement)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |o| (kind, o))
+            })
+            .collect();
+        let objects: Vec<(&str, &Value)> = found.iter().map(|(k, o)| (*k, o)).collect();
+        let uid = xr
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let left = leftovers::not_ours(&objects, uid);
+        if !left.is_empty() {
+            return wait_for_leftovers(req, rsp, &left);
+        }
+    }
+
     // Every host claimed for this cluster, once, from every pool read.
     let mut claimed: Vec<&Value> = Vec::new();
     for hs in std::iter::once(&hosts).chain(worker_hosts.iter()).flatten() {
@@ -535,6 +569,29 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
     certificates_condition(&mut rsp, &xr, &mc, seen.expiry.as_ref(), now);
     rsp
 }
+
+/// While a previous MetalCluster's objects are left: nothing desired (so
+/// nothing is adopted), the phase `WaitingForHost`, `HostClaimed` False
+/// saying what is left, and a look every 3 s: they go within seconds.
+fn wait_for_leftovers(
+    req: &RunFunctionRequest,
+    mut composed: RunFunctionResponse,
+    left: &[String],
+) -> RunFunctionResponse {
+    let mut rsp = response::to(req, TTL_MOVING);
+    rsp.requirements = composed.requirements.take();
+    let composite = response::desired_composite(&mut rsp);
+    let _ = function_sdk_rust::resource::update_status(
+        composite,
+        &serde_json::json!({"phase": Phase::WaitingForHost.as_str()}),
+    );
+    response::condition_false(&mut rsp, HOST_CLAIMED, PREVIOUS_TEARDOWN).message =
+        Some(leftovers::message(left));
+    rsp
+}
+
+/// `HostClaimed` reason while a previous MetalCluster's objects are left.
+pub const PREVIOUS_TEARDOWN: &str = "PreviousTeardown";
 
 pub const NODES_HEALTHY: &str = "NodesHealthy";
 pub const CERTIFICATES_VALID: &str = "CertificatesValid";

@@ -10,6 +10,7 @@ pub mod function;
 pub mod hosts;
 pub mod inference;
 pub mod kubelet;
+pub mod leftovers;
 pub mod links;
 pub mod machine;
 pub mod machines;

@@ -60,7 +60,7 @@ type Outcome = Result<(), String>;
 type Scenario = (&'static str, fn(&Lab) -> Outcome);
 
 /// The index of the group that runs with BMO against Ironic.
-const IRONIC_GROUP: usize = 16;
+const IRONIC_GROUP: usize = 17;
 
 fn main() -> ExitCode {
     let started = Instant::now();
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
     // Groups run in order; the scenarios of one group run at the same time
     // (independent: their own namespaces, hosts and addresses), to keep CI
     // short as scenarios are added.
-    let groups: [&[Scenario]; 17] = [
+    let groups: [&[Scenario]; 18] = [
         &[("install", install)],
         &[("provision", provision)],
         &[("operation", operation)],
@@ -92,6 +92,7 @@ fn main() -> ExitCode {
         &[("fleet-teardown", |l| teardown(l, R740, true))],
         &[("teardown-background", |l| teardown(l, R730, false))],
         &[("bad-input-then-function-restart", bad_input_and_restart)],
+        &[("recreate-at-once", recreate_at_once)],
         &[("teardown-foreground", |l| teardown(l, R730, true))],
         &[
             ("multi-node", multi_node),

@@ -32,17 +32,7 @@ pub(crate) fn teardown(lab: &Lab, who: Subject, foreground: bool) -> Outcome {
     } else {
         "--cascade=background"
     };
-    lab.kube
-        .run(&[
-            "delete",
-            "metalcluster",
-            who.xr,
-            "-n",
-            NS,
-            cascade,
-            "--wait=false",
-        ])
-        .map_err(|e| e.to_string())?;
+    delete_xr(lab, who, cascade)?;
     let t = Instant::now();
     // The inventory must survive every moment of the teardown, not just
     // its end: the garbage collector acts within seconds.
@@ -122,6 +112,22 @@ pub(crate) fn teardown(lab: &Lab, who: Subject, foreground: bool) -> Outcome {
     decoy_untouched(lab, &decoy_before)
 }
 
+/// `kubectl delete` of `who`'s MetalCluster with `cascade`, not waiting.
+fn delete_xr(lab: &Lab, who: Subject, cascade: &str) -> Outcome {
+    lab.kube
+        .run(&[
+            "delete",
+            "metalcluster",
+            who.xr,
+            "-n",
+            NS,
+            cascade,
+            "--wait=false",
+        ])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// The objects that talk to the workload API and must go before any
 /// Machine: the Cilium Release, every provider-kubernetes Object applied
 /// through the workload's own ProviderConfig (the LB's), and the
@@ -188,4 +194,83 @@ pub(crate) fn fleet_outside(lab: &Lab, who: Subject) -> Vec<String> {
         }
     }
     out
+}
+
+/// Scenario `recreate-at-once`: a MetalCluster deleted in the background
+/// and applied again as soon as it is gone waits while its predecessor's
+/// Cluster and IPPool are torn down (`HostClaimed` False, reason
+/// `PreviousTeardown`), instead of adopting them mid-teardown (in `lab
+/// perf` the adopted pool's old address made IPAM refuse the new node's
+/// claim for good), then comes up Ready on objects of its own.
+pub(crate) fn recreate_at_once(lab: &Lab) -> Outcome {
+    let who = R730;
+    let s = seen(lab, who);
+    check(s.phase == "Ready", || {
+        format!("recreate-at-once needs {} Ready; seen {s:?}", who.xr)
+    })?;
+    let pool = format!("{}-pool", who.xr);
+    let old_pool = get(lab, "ippool", &pool)
+        .map(|p| uid(&p))
+        .unwrap_or_default();
+    delete_xr(lab, who, "--cascade=background")?;
+    wait("the MetalCluster gone", 60, || {
+        get(lab, "metalcluster", who.xr).is_none()
+    })?;
+    let cluster_left = get(lab, "clusters.cluster.x-k8s.io", &who.cluster()).is_some();
+    lab.kube
+        .apply(&[example_xr()?])
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut waited: Option<(f64, String)> = None;
+    loop {
+        let x = get(lab, "metalcluster", who.xr).unwrap_or(Value::Null);
+        let claimed = x
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| str_at(c, "/type") == "HostClaimed"));
+        if waited.is_none()
+            && let Some(c) = claimed.filter(|c| str_at(c, "/reason") == "PreviousTeardown")
+        {
+            waited = Some((t.elapsed().as_secs_f64(), str_at(c, "/message").to_string()));
+        }
+        let s = seen(lab, who);
+        if s.phase == "Ready" && s.reports_provisioned(who.host) {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(420) {
+            return Err(format!(
+                "the new {} not Ready in 420 s (waited for the old objects: {waited:?}); seen {s:?}",
+                who.xr
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let ready = t.elapsed().as_secs_f64();
+    let (at, message) = waited.ok_or_else(|| {
+        format!(
+            "the new MetalCluster never waited for the old objects (the old Cluster was {} at its apply)",
+            if cluster_left { "still there" } else { "already gone" }
+        )
+    })?;
+    let xr_uid = get(lab, "metalcluster", who.xr)
+        .map(|x| uid(&x))
+        .unwrap_or_default();
+    let p = get(lab, "ippool", &pool).ok_or("no IPPool")?;
+    check(uid(&p) != old_pool, || {
+        format!("the new MetalCluster adopted the old IPPool {pool} ({old_pool})")
+    })?;
+    let controller = p
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .map(|r| str_at(r, "/uid").to_string());
+    check(controller.as_deref() == Some(xr_uid.as_str()), || {
+        format!("IPPool {pool} is controlled by {controller:?}, not the new MetalCluster {xr_uid}")
+    })?;
+    println!(
+        "  waited {at:.1} s after the apply: {message}; Ready after {ready:.1} s on a new IPPool"
+    );
+    Ok(())
 }

@@ -72,6 +72,9 @@ enum LabCmd {
         /// Seconds of the last stage's window (default: --window); 600 averages over the 10-minute polls of Crossplane's Usages and CAPM3's resync.
         #[arg(long)]
         last_window: Option<u64>,
+        /// After each stage's host errors: its last N MetalClusters deleted and applied again one after another, each Ready before the next, the others Ready (the bring-up a site sees day to day, apart from a stage's burst); 0 skips it.
+        #[arg(long, default_value_t = 10)]
+        one_by_one: usize,
         /// Markdown file for the figures (also printed).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
@@ -107,12 +110,14 @@ fn lab(cmd: LabCmd) -> Result<i32, xtask::lab::LabError> {
             xrs,
             window,
             last_window,
+            one_by_one,
             out,
         } => {
             let opts = xtask::lab::perf::Options {
                 xrs,
                 window: std::time::Duration::from_secs(window),
                 last_window: std::time::Duration::from_secs(last_window.unwrap_or(window)),
+                one_by_one,
             };
             let md = xtask::lab::perf::run(&lab, &opts)?;
             println!("{md}");

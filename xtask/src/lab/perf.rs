@@ -67,6 +67,9 @@ pub struct Options {
     /// 10-minute polls (Crossplane's Usages, CAPM3's resync) that a short
     /// window catches all at once or not at all.
     pub last_window: Duration,
+    /// How many of each stage's MetalClusters are replaced one at a time
+    /// after its host errors (`replace_one_by_one`).
+    pub one_by_one: usize,
 }
 
 fn xr_name(i: usize) -> String {
@@ -794,6 +797,73 @@ struct Stage {
     errors_shown: f64,
     ready_again: f64,
     lags: Vec<lag::Lag>,
+    one_by_one: OneByOne,
+}
+
+/// Bring-ups one at a time, the stage's other MetalClusters Ready.
+#[derive(Default)]
+struct OneByOne {
+    /// Apply to Ready of each, in seconds.
+    ready_s: Vec<f64>,
+    lags: Vec<lag::Lag>,
+    /// When each was applied again (watch clock), by its index.
+    applied: Vec<(usize, f64)>,
+}
+
+/// Deletes the stage's last `count` MetalClusters (never the first, whose
+/// host the report follows) and applies each again, one after another:
+/// gone and its host `available` before the apply, Ready before the next.
+/// What a site sees when one cluster is rebuilt among the others, apart
+/// from a stage's burst of bring-ups at once.
+fn replace_one_by_one(
+    lab: &Lab,
+    size: usize,
+    count: usize,
+    watches: &Watches,
+) -> Result<OneByOne, LabError> {
+    let mut out = OneByOne::default();
+    let count = count.min(size.saturating_sub(1));
+    for k in (size - count + 1..=size).rev() {
+        let xr = xr_name(k);
+        let host = claimed_hosts(lab, size)
+            .into_iter()
+            .find(|(x, _, _)| *x == xr)
+            .map(|(_, h, _)| h)
+            .ok_or_else(|| LabError::new(format!("{xr} has no claimed host")))?;
+        lab.kube
+            .run(&["delete", "metalcluster", "-n", NS, &xr, "--wait=false"])?;
+        wait(
+            &format!("{xr} gone, {host} available"),
+            Duration::from_secs(600),
+            || {
+                let gone = !perf_xrs(lab)
+                    .iter()
+                    .any(|x| str_at(x, "/metadata/name") == xr);
+                gone && lab.kube.list("baremetalhost", Some(NS)).iter().any(|h| {
+                    str_at(h, "/metadata/name") == host
+                        && str_at(h, "/status/provisioning/state") == "available"
+                        && h.pointer("/spec/consumerRef").is_none()
+                })
+            },
+        )?;
+        let applied = watches.now();
+        out.applied.push((k, applied));
+        lab.kube.apply(&[perf_xr(k)?])?;
+        let ready = wait(
+            &format!("{xr} Ready again"),
+            Duration::from_secs(600),
+            || super::observe::phase(lab, NS, &xr) == "Ready",
+        )?;
+        // The last change (power on) may be shown with Ready's own write.
+        std::thread::sleep(Duration::from_secs(2));
+        out.ready_s.push(ready);
+        out.lags.extend(
+            lag::lags(&watches.snapshot(), &xr, applied)
+                .into_iter()
+                .filter(|l| l.host_at >= applied),
+        );
+    }
+    Ok(out)
 }
 
 /// The stages' sizes: ascending, without repeats, at least one MetalCluster.
@@ -879,8 +949,12 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
     // on every one at Ready and its recovery.
     let mut stages: Vec<Stage> = Vec::new();
     let mut have = 1;
+    // When each MetalCluster was last applied: its host is the one it
+    // claimed after that.
+    let mut applied_at: BTreeMap<usize, f64> = BTreeMap::from([(1, applied)]);
     for &size in &sizes {
         let from = watches.now();
+        applied_at.extend((have + 1..=size).map(|i| (i, from)));
         let mut ready_s = 0.0;
         if size > have {
             super::progress(&format!(
@@ -923,9 +997,22 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
         let to = watches.now();
         let evs = watches.snapshot();
         let lags: Vec<lag::Lag> = (1..=size)
-            .flat_map(|i| lag::lags(&evs, &xr_name(i), applied))
+            .flat_map(|i| {
+                let since = applied_at.get(&i).copied().unwrap_or(applied);
+                lag::lags(&evs, &xr_name(i), since)
+            })
             .filter(|l| l.host_at >= from && l.host_at < to)
             .collect();
+        let one_by_one = if opts.one_by_one > 0 {
+            super::progress(&format!(
+                "perf: {size} XRs: replacing {} one at a time",
+                opts.one_by_one.min(size - 1)
+            ));
+            replace_one_by_one(lab, size, opts.one_by_one, &watches)?
+        } else {
+            OneByOne::default()
+        };
+        applied_at.extend(one_by_one.applied.iter().copied());
         stages.push(Stage {
             n: size,
             ready_s,
@@ -935,6 +1022,7 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
             errors_shown,
             ready_again,
             lags,
+            one_by_one,
         });
     }
     let evs = watches.snapshot();
@@ -1045,6 +1133,45 @@ pub fn run(lab: &Lab, opts: &Options) -> Result<String, LabError> {
                 "| {} | {phase} | {} | {:.2} s | {:.2} s | {:.2} s | {} | {} |",
                 s.n, st.shown, st.p50, st.p95, st.max, st.passed, st.never
             );
+        }
+    }
+    if stages.iter().any(|s| !s.one_by_one.ready_s.is_empty()) {
+        let _ = writeln!(
+            md,
+            "\nOne bring-up at a time: after its host errors, each stage's last {} MetalClusters deleted and applied again one after another (each gone and its host `available` before its apply, Ready before the next), the stage's others Ready. Every phase of a bring-up, without a stage's burst.\n",
+            opts.one_by_one
+        );
+        let _ = writeln!(
+            md,
+            "| MetalClusters | bring-ups | to Ready p50 | max | XR phase | transitions shown | p50 | p95 | max | passed | never shown |"
+        );
+        let _ = writeln!(
+            md,
+            "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+        );
+        for s in &stages {
+            let o = &s.one_by_one;
+            if o.ready_s.is_empty() {
+                continue;
+            }
+            let mut r = o.ready_s.clone();
+            r.sort_by(f64::total_cmp);
+            for (phase, st) in lag::by_phase(&o.lags) {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {:.1} s | {:.1} s | {phase} | {} | {:.2} s | {:.2} s | {:.2} s | {} | {} |",
+                    s.n,
+                    r.len(),
+                    lag::percentile(&r, 0.5),
+                    r.last().copied().unwrap_or(0.0),
+                    st.shown,
+                    st.p50,
+                    st.p95,
+                    st.max,
+                    st.passed,
+                    st.never
+                );
+            }
         }
     }
     let _ = writeln!(md, "\nThe first MetalCluster's host, change by change:\n");
