@@ -663,14 +663,14 @@ fn a_new_metalcluster_waits_for_the_previous_ones_objects() {
                 "kind": "MetalCluster", "name": "r730", "uid": "old-uid", "controller": true}]}
     });
     let mut req = request(&xr, &BTreeMap::new(), Some(&[]));
-    metalplane::render::with_required(
-        &mut req,
-        metalplane::leftovers::CLUSTER_REQUIREMENT,
-        &[old_cluster],
-    )
-    .expect("cluster");
-    metalplane::render::with_required(&mut req, metalplane::leftovers::IPPOOL_REQUIREMENT, &[])
-        .expect("pool");
+    for (requirement, _, kind) in metalplane::leftovers::KINDS {
+        let items = if kind == "Cluster" {
+            vec![old_cluster.clone()]
+        } else {
+            vec![]
+        };
+        metalplane::render::with_required(&mut req, requirement, &items).expect("required");
+    }
     let rsp = compose(&req);
     assert!(
         desired(&rsp).is_empty(),
@@ -692,19 +692,17 @@ fn a_new_metalcluster_waits_for_the_previous_ones_objects() {
         c.message
     );
     let reqs = rsp.requirements.as_ref().expect("still reads them");
-    assert!(
-        reqs.resources
-            .contains_key(metalplane::leftovers::CLUSTER_REQUIREMENT)
+    let sel = &reqs.resources["same-name-cluster"];
+    assert_eq!(
+        (sel.kind.as_str(), sel.namespace.as_deref()),
+        ("Cluster", Some("metal"))
     );
     assert!(reqs.resources.contains_key("hosts"));
 
     // Gone: the usual graph.
     let mut req = request(&xr, &BTreeMap::new(), Some(&[]));
-    for r in [
-        metalplane::leftovers::CLUSTER_REQUIREMENT,
-        metalplane::leftovers::IPPOOL_REQUIREMENT,
-    ] {
-        metalplane::render::with_required(&mut req, r, &[]).expect("empty");
+    for (requirement, _, _) in metalplane::leftovers::KINDS {
+        metalplane::render::with_required(&mut req, requirement, &[]).expect("empty");
     }
     let rsp = compose(&req);
     assert!(desired(&rsp).contains_key("cluster"));

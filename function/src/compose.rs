@@ -422,21 +422,21 @@ pub fn compose_at(req: &RunFunctionRequest, now: i64) -> RunFunctionResponse {
         worker_hosts.push(request::get_required_resources(req, requirement));
     }
     // A previous MetalCluster of this name may still be tearing its
-    // Cluster and IPPool down: compose nothing until they are gone.
-    for (requirement, api_version, kind, name) in leftovers::requirements(&names) {
-        response::require_resources(
-            &mut rsp,
-            requirement,
-            api_version,
-            kind,
-            Some(ResourceMatch::Name(name)),
-            Some(mc.namespace.clone()),
-        );
-    }
+    // objects down: a new one composes nothing until they are gone.
     if observed.is_empty() {
-        let found: Vec<(&str, Value)> = leftovers::requirements(&names)
+        for (requirement, api_version, kind) in leftovers::KINDS {
+            response::require_resources(
+                &mut rsp,
+                requirement,
+                api_version,
+                kind,
+                Some(ResourceMatch::Labels(leftovers::selector(&mc.name))),
+                Some(mc.namespace.clone()),
+            );
+        }
+        let found: Vec<(&str, Value)> = leftovers::KINDS
             .into_iter()
-            .flat_map(|(requirement, _, kind, _)| {
+            .flat_map(|(requirement, _, kind)| {
                 request::get_required_resources(req, requirement)
                     .unwrap_or_default()
                     .into_iter()

@@ -6,35 +6,49 @@
 //! mid-teardown; in the lab (`lab perf`, one bring-up at a time) its node's
 //! IP claim met the old address still allocated, `Exhausted IP Pools`, which
 //! IPAM never retries. So a MetalCluster that has composed nothing yet
-//! composes nothing while a Cluster or IPPool of its names is controlled by
-//! anything but itself.
+//! composes nothing while an object labelled as composed for its name is
+//! controlled by anything but itself. Crossplane reads these from its
+//! informers (list and watch, which it holds for every composed kind).
 
 use serde_json::Value;
 
-use crate::builders::{capi, ipam};
-use crate::names::Names;
+use crate::builders::{capi, ipam, metal3};
 
-/// Requirement names of the objects a previous MetalCluster of the same
-/// name may have left.
-pub const CLUSTER_REQUIREMENT: &str = "same-name-cluster";
-pub const IPPOOL_REQUIREMENT: &str = "same-name-ippool";
+/// Crossplane's label on every composed object: the XR's name.
+pub const COMPOSITE_LABEL: &str = "crossplane.io/composite";
 
-/// (requirement, apiVersion, kind, name) of each object read.
-pub fn requirements(names: &Names) -> [(&'static str, &'static str, &'static str, String); 2] {
-    [
-        (
-            CLUSTER_REQUIREMENT,
-            capi::CLUSTER_API_VERSION,
-            "Cluster",
-            names.cluster.clone(),
-        ),
-        (
-            IPPOOL_REQUIREMENT,
-            ipam::API_VERSION,
-            "IPPool",
-            names.ippool.clone(),
-        ),
-    ]
+/// The kinds read, by requirement name: the ones CAPI, CAPM3 or IPAM also
+/// own (the Cluster), so they outlive a MetalCluster deleted in the
+/// background, and the Cluster itself.
+pub const KINDS: [(&str, &str, &str); 6] = [
+    ("same-name-cluster", capi::CLUSTER_API_VERSION, "Cluster"),
+    (
+        "same-name-controlplane",
+        capi::KCP_API_VERSION,
+        "KubeadmControlPlane",
+    ),
+    (
+        "same-name-metal3cluster",
+        metal3::API_VERSION,
+        "Metal3Cluster",
+    ),
+    (
+        "same-name-machinetemplates",
+        metal3::API_VERSION,
+        "Metal3MachineTemplate",
+    ),
+    (
+        "same-name-datatemplates",
+        metal3::API_VERSION,
+        "Metal3DataTemplate",
+    ),
+    ("same-name-ippool", ipam::API_VERSION, "IPPool"),
+];
+
+/// The label selector of every object composed for a MetalCluster named
+/// `xr`, this one or an earlier one of the same name.
+pub fn selector(xr: &str) -> std::collections::HashMap<String, String> {
+    std::collections::HashMap::from([(COMPOSITE_LABEL.to_string(), xr.to_string())])
 }
 
 /// The UID of `obj`'s controller owner, if it has one.

@@ -198,7 +198,7 @@ pub(crate) fn fleet_outside(lab: &Lab, who: Subject) -> Vec<String> {
 
 /// Scenario `recreate-at-once`: a MetalCluster deleted in the background
 /// and applied again as soon as it is gone waits while its predecessor's
-/// Cluster and IPPool are torn down (`HostClaimed` False, reason
+/// objects (Cluster, IPPool, templates) are torn down (`HostClaimed` False, reason
 /// `PreviousTeardown`), instead of adopting them mid-teardown (in `lab
 /// perf` the adopted pool's old address made IPAM refuse the new node's
 /// claim for good), then comes up Ready on objects of its own.
